@@ -1,0 +1,70 @@
+//! `durable-streams serve`: the protocol router over the chosen substrate.
+
+mod cli;
+mod stores;
+
+use anyhow::Context;
+use clap::Parser;
+use cli::{Cli, Command, ServeArgs};
+use ds_core::{ServiceConfig, StreamService};
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let Command::Serve(args) = Cli::parse().command;
+    init_logs(&args.log_format);
+    serve(args).await
+}
+
+async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let (substrate, expiry_due) = stores::open(&args).await?;
+    let cfg = ServiceConfig {
+        max_read_bytes: args.max_read_bytes,
+        long_poll_timeout: args.long_poll_timeout,
+        sse_max_duration: args.sse_max_duration,
+        ..ServiceConfig::default()
+    };
+    let service = StreamService::new(substrate, cfg);
+    if let Some(due) = expiry_due {
+        let svc = service.clone();
+        tokio::spawn(async move { svc.run_expiry_loop(due).await });
+        let armed = service.rearm_expiries().await.context("re-arming expiry alarms")?;
+        tracing::info!(armed, "expiry alarms re-armed");
+    }
+    let router = ds_http::router(service.clone(), ds_http::HttpConfig { max_body_bytes: args.max_body_bytes });
+    let listener = tokio::net::TcpListener::bind(args.bind).await.with_context(|| format!("binding {}", args.bind))?;
+    tracing::info!(addr = %listener.local_addr()?, store = ?args.store, "serving Durable Streams at /v1/stream/");
+    axum::serve(listener, router)
+        .with_graceful_shutdown(async move {
+            shutdown_signal().await;
+            tracing::info!("shutting down: finishing in-flight requests");
+            service.begin_shutdown();
+        })
+        .await?;
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        if let Ok(mut s) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            s.recv().await;
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! { () = ctrl_c => {}, () = term => {} }
+}
+
+fn init_logs(format: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,tower_http=warn"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    if format == "json" {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}

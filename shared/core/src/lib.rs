@@ -1,0 +1,17 @@
+//! Substrate-agnostic Durable Streams core.
+//!
+//! - [`model`]: the persisted records (meta, chunks, producer state) and the
+//!   all-or-nothing [`Commit`].
+//! - [`substrate`]: the six traits a platform implements, with the consistency
+//!   contract in their docs.
+//! - [`service`]: the protocol use-cases (create/fork, append/close, read,
+//!   HEAD, delete, expiry) written once over the traits.
+//! - `contract` (feature `test-util`): the substrate contract-test suite.
+
+pub mod model;
+pub mod service;
+pub mod substrate;
+
+pub use model::*;
+pub use service::*;
+pub use substrate::*;

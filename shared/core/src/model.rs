@@ -1,0 +1,199 @@
+//! The persisted data model every substrate stores: stream metadata, chunks and
+//! producer state, plus the [`Commit`] a substrate applies all-or-nothing.
+//!
+//! Positions are byte positions in the stream's logical byte sequence (`u64`);
+//! the protocol's opaque offset token is only a rendering of a position
+//! (`ds_protocol::offset`). Forks share their source's position space.
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+/// Where a fork branched off: it inherits the source's bytes `[0, base)`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ForkOrigin {
+    /// Path of the source stream (stream-root-relative).
+    pub source: String,
+    /// The source's incarnation at fork time; a re-created source is another stream.
+    pub source_incarnation: String,
+    /// Divergence position: the fork's own appends start here.
+    pub base: u64,
+}
+
+/// The `(Producer-Id, Producer-Epoch, Producer-Seq)` triple of one request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProducerTriple {
+    pub id: String,
+    pub epoch: u64,
+    pub seq: u64,
+}
+
+/// Per-`(stream, producer id)` idempotent producer state (PROTOCOL.md §5.2.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProducerState {
+    pub epoch: u64,
+    pub last_seq: u64,
+}
+
+/// One stream's metadata: the single record every mutation of the stream
+/// rewrites under an optimistic `version` precondition.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StreamMeta {
+    /// Stream-root-relative path (validated by the core before it gets here).
+    pub path: String,
+    /// Unique per creation. Chunks and producer state are keyed by it, so a
+    /// stream re-created at the same path never sees its predecessor's data.
+    pub incarnation: String,
+    /// Bumped by one on every committed change of this record. Commits carry
+    /// the version they read ([`Expect::Version`]) so a stale writer fails.
+    pub version: u64,
+    pub content_type: String,
+    pub created_at_ms: i64,
+    /// Tail position: one past the last stored byte (own bytes and inherited).
+    pub tail: u64,
+    pub closed: bool,
+    /// The producer request that closed the stream, for idempotent close retries.
+    pub closed_by: Option<ProducerTriple>,
+    /// Sliding TTL in seconds (`Stream-TTL`).
+    pub ttl_secs: Option<u64>,
+    /// Absolute expiry (`Stream-Expires-At`), epoch milliseconds.
+    pub expires_at_ms: Option<i64>,
+    /// Last access (read or write) for the sliding TTL, epoch milliseconds.
+    /// Updated by [`crate::StreamStore::touch`] without a version bump.
+    pub touched_at_ms: i64,
+    /// Last accepted `Stream-Seq` (byte-wise lexicographic order).
+    pub last_stream_seq: Option<String>,
+    pub fork: Option<ForkOrigin>,
+    /// Number of live forks whose [`ForkOrigin`] names this stream.
+    pub ref_count: u64,
+    /// Deleted by its owner while forks still reference it: `410 Gone` to
+    /// clients, still readable by forks.
+    pub soft_deleted: bool,
+}
+
+impl StreamMeta {
+    /// When this stream expires, if ever (epoch ms). A sliding TTL counts from
+    /// the last access; an absolute expiry is fixed.
+    pub fn expiry_deadline_ms(&self) -> Option<i64> {
+        match (self.expires_at_ms, self.ttl_secs) {
+            (Some(at), _) => Some(at),
+            (None, Some(ttl)) => {
+                let ttl_ms = i64::try_from(ttl.saturating_mul(1000)).unwrap_or(i64::MAX);
+                Some(self.touched_at_ms.saturating_add(ttl_ms))
+            }
+            (None, None) => None,
+        }
+    }
+
+    pub fn is_expired(&self, now_ms: i64) -> bool {
+        self.expiry_deadline_ms().is_some_and(|d| now_ms >= d)
+    }
+
+    /// First position of the stream's own storage (a fork's base, else 0).
+    pub fn own_start(&self) -> u64 {
+        self.fork.as_ref().map_or(0, |f| f.base)
+    }
+}
+
+/// A contiguous run of bytes stored by one commit: positions `[start, start + data.len())`.
+///
+/// For `application/json` streams `data` holds whole messages, each minified
+/// and terminated by `\n`, so message boundaries are found without parsing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Chunk {
+    pub start: u64,
+    pub data: Bytes,
+}
+
+impl Chunk {
+    pub fn end(&self) -> u64 {
+        self.start + self.data.len() as u64
+    }
+}
+
+/// Precondition on a stream's meta record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expect {
+    /// No meta record exists at the path.
+    Absent,
+    /// The stored record has exactly this `version`.
+    Version(u64),
+}
+
+/// One write inside a [`Commit`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum Op {
+    /// Write the stream's meta record, if its current state matches `expect`.
+    PutMeta { meta: StreamMeta, expect: Expect },
+    /// Store a chunk of `(path, incarnation)`. The core guarantees the chunk
+    /// starts at the stream's previous tail; the same commit carries the
+    /// `PutMeta` that advances the tail past it.
+    PutChunk { path: String, incarnation: String, chunk: Chunk },
+    /// Write one producer's state for `(path, incarnation)`.
+    PutProducer {
+        path: String,
+        incarnation: String,
+        producer_id: String,
+        state: ProducerState,
+    },
+    /// Remove the stream's meta record (if its version matches) and, now or
+    /// later, every chunk and producer record of `(path, incarnation)`.
+    /// Once committed the path reads as absent.
+    DeleteStream { path: String, incarnation: String, expect_version: u64 },
+}
+
+/// A set of writes applied all-or-nothing: either every precondition holds and
+/// every op is applied, or nothing changes and the commit fails with
+/// [`crate::StoreError::Conflict`].
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Commit {
+    pub ops: Vec<Op>,
+}
+
+impl Commit {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn push(&mut self, op: Op) -> &mut Self {
+        self.ops.push(op);
+        self
+    }
+
+    /// Paths whose meta record this commit writes or deletes.
+    pub fn meta_paths(&self) -> impl Iterator<Item = &str> {
+        self.ops.iter().filter_map(|op| match op {
+            Op::PutMeta { meta, .. } => Some(meta.path.as_str()),
+            Op::DeleteStream { path, .. } => Some(path.as_str()),
+            _ => None,
+        })
+    }
+}
+
+/// What live readers of a stream are told after a commit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TailSignal {
+    pub incarnation: String,
+    pub tail: u64,
+    pub closed: bool,
+    /// The stream was deleted (or expired); waiters should re-read and end.
+    pub deleted: bool,
+}
+
+impl TailSignal {
+    pub fn of(meta: &StreamMeta) -> Self {
+        Self {
+            incarnation: meta.incarnation.clone(),
+            tail: meta.tail,
+            closed: meta.closed,
+            deleted: meta.soft_deleted,
+        }
+    }
+}
+
+/// An expiry alarm that fired: the host calls
+/// `StreamService::run_expiry(path, incarnation)` for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExpiryDue {
+    pub path: String,
+    pub incarnation: String,
+}

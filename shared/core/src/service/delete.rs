@@ -1,0 +1,115 @@
+//! DELETE (hard, soft, cascading GC up the fork chain), expiry, and HEAD.
+
+use futures::future::BoxFuture;
+use futures::FutureExt;
+
+use super::{Plan, ServiceResult, StreamService};
+use crate::{Commit, Expect, Op, StreamMeta};
+
+/// Longest fork chain a cascade walks in one commit (bounds the commit size).
+const MAX_CASCADE: usize = 32;
+
+impl StreamService {
+    /// HEAD: metadata without touching the TTL.
+    pub async fn head(&self, path: &str) -> ServiceResult<StreamMeta> {
+        ds_protocol::path::validate(path)?;
+        let _lease = self.sub.registry.enter(path);
+        self.read_live_meta(path).await
+    }
+
+    pub async fn delete(&self, path: &str) -> ServiceResult<()> {
+        ds_protocol::path::validate(path)?;
+        let _lease = self.sub.registry.enter(path);
+        self.mutate(path, || async {
+            let meta = self.live_meta(path).await?;
+            self.plan_delete(meta).await
+        })
+        .await
+    }
+
+    /// Delete `meta`: soft when forks still reference it, otherwise hard,
+    /// releasing its source's reference (and collecting soft-deleted
+    /// ancestors whose last reference this was) in the same commit.
+    async fn plan_delete(&self, meta: StreamMeta) -> ServiceResult<Plan<()>> {
+        let mut commit = Commit::new();
+        if meta.ref_count > 0 {
+            let mut soft = meta.clone();
+            soft.soft_deleted = true;
+            soft.version += 1;
+            commit.push(Op::PutMeta { meta: soft.clone(), expect: Expect::Version(meta.version) });
+            return Ok(Plan::Commit { commit, publish: Vec::new(), deleted: vec![soft], value: () });
+        }
+        let mut deleted = vec![meta.clone()];
+        commit.push(Op::DeleteStream {
+            path: meta.path.clone(),
+            incarnation: meta.incarnation.clone(),
+            expect_version: meta.version,
+        });
+        let mut child = meta;
+        for _ in 0..MAX_CASCADE {
+            let Some(origin) = child.fork.clone() else { break };
+            let Some(source) = self.sub.store.read_meta(&origin.source).await? else { break };
+            if source.incarnation != origin.source_incarnation {
+                break;
+            }
+            if source.soft_deleted && source.ref_count <= 1 {
+                commit.push(Op::DeleteStream {
+                    path: source.path.clone(),
+                    incarnation: source.incarnation.clone(),
+                    expect_version: source.version,
+                });
+                deleted.push(source.clone());
+                child = source;
+            } else {
+                let mut released = source.clone();
+                released.ref_count = released.ref_count.saturating_sub(1);
+                released.version += 1;
+                commit.push(Op::PutMeta { meta: released, expect: Expect::Version(source.version) });
+                break;
+            }
+        }
+        Ok(Plan::Commit { commit, publish: Vec::new(), deleted, value: () })
+    }
+
+    /// Remove an expired stream (best effort: a failure leaves it for the
+    /// next access or alarm, and it already reads as gone).
+    /// Boxed: `mutate` calls back into it when a plan meets an expired stream.
+    pub(crate) fn expire<'a>(&'a self, meta: &'a StreamMeta) -> BoxFuture<'a, ()> {
+        self.expire_inner(meta).boxed()
+    }
+
+    async fn expire_inner(&self, meta: &StreamMeta) {
+        let path = meta.path.clone();
+        let incarnation = meta.incarnation.clone();
+        let result = self
+            .mutate(&path, || async {
+                match self.sub.store.read_meta(&path).await? {
+                    Some(m) if m.incarnation == incarnation && !m.soft_deleted && m.is_expired(self.now_ms()) => {
+                        self.plan_delete(m).await
+                    }
+                    _ => Ok(Plan::Done(())),
+                }
+            })
+            .await;
+        if let Err(e) = result {
+            tracing::warn!(path, error = %e, "could not remove expired stream");
+        }
+    }
+
+    /// An expiry alarm fired for `(path, incarnation)`: delete the stream if
+    /// it has expired, or re-arm for its (moved) deadline.
+    pub async fn run_expiry(&self, path: &str, incarnation: &str) -> ServiceResult<()> {
+        let _lease = self.sub.registry.enter(path);
+        let Some(meta) = self.sub.store.read_meta(path).await? else { return Ok(()) };
+        if meta.incarnation != incarnation || meta.soft_deleted {
+            return Ok(());
+        }
+        if meta.is_expired(self.now_ms()) {
+            self.expire(&meta).await;
+        } else {
+            self.arm_expiry(&meta).await;
+        }
+        Ok(())
+    }
+}
+

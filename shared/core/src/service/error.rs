@@ -1,0 +1,44 @@
+//! The service's typed errors: one variant per protocol outcome that is not a
+//! success. `ds_http::error` is the one place they become status codes.
+
+use ds_protocol::ProtocolError;
+
+use crate::StoreError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServiceError {
+    /// Malformed input (400), with the rule it broke.
+    #[error(transparent)]
+    Invalid(#[from] ProtocolError),
+    /// Other 400s that are not header/body syntax (e.g. fork offset past the tail).
+    #[error("{0}")]
+    BadRequest(String),
+    #[error("stream not found")]
+    NotFound,
+    /// The stream exists but has expired: reads as 404. Inside a mutation the
+    /// core removes it (outside the lock) and re-plans.
+    #[error("stream not found")]
+    Expired(Box<crate::StreamMeta>),
+    /// Soft-deleted stream (410).
+    #[error("stream is deleted")]
+    Gone,
+    /// 409 with a reason (config mismatch, content-type mismatch, seq regression…).
+    #[error("{0}")]
+    Conflict(String),
+    /// 409 for an append to a closed stream; carries the final tail.
+    #[error("stream is closed")]
+    StreamClosed { tail: u64 },
+    /// 403: the producer's epoch is older than the stream's (zombie fencing).
+    #[error("stale producer epoch; current epoch is {current}")]
+    StaleEpoch { current: u64 },
+    /// 409: producer sequence gap.
+    #[error("producer sequence gap: expected {expected}, received {received}")]
+    SeqGap { expected: u64, received: u64 },
+    /// 503: too many concurrent writers kept invalidating this request's read.
+    #[error("too much contention on this stream, retry")]
+    Contention,
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+pub type ServiceResult<T> = Result<T, ServiceError>;

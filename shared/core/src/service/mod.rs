@@ -1,0 +1,243 @@
+//! The protocol use-cases, written once over the substrate traits.
+//!
+//! Every mutation follows the same shape (see [`StreamService::mutate`]):
+//! lock → read → validate → commit, retried from the read when the commit's
+//! precondition fails, then publish. Reads never take the lock.
+
+mod append;
+mod create;
+mod delete;
+mod error;
+mod read;
+mod sse;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rand::Rng;
+
+pub use append::{AppendOutcome, AppendRequest};
+pub use create::{CreateOutcome, CreateRequest, ForkRequest};
+pub use error::{ServiceError, ServiceResult};
+pub use read::{LiveMode, ReadOutcome, ReadRequest};
+pub use sse::SseStream;
+
+use crate::{Commit, StoreError, StreamMeta, Substrate};
+
+/// Tunables of the core; the binaries map flags and env vars onto this.
+#[derive(Debug, Clone)]
+pub struct ServiceConfig {
+    /// Most bytes of stream data one read response carries.
+    pub max_read_bytes: usize,
+    /// How long a long-poll waits for data before answering 204.
+    pub long_poll_timeout: Duration,
+    /// How long one SSE connection stays open (§10.2 suggests about 60 s).
+    pub sse_max_duration: Duration,
+    /// Commit attempts before a contended mutation gives up with 503.
+    pub max_commit_attempts: u32,
+}
+
+impl Default for ServiceConfig {
+    fn default() -> Self {
+        Self {
+            max_read_bytes: 1024 * 1024,
+            long_poll_timeout: Duration::from_secs(20),
+            sse_max_duration: Duration::from_secs(60),
+            max_commit_attempts: 64,
+        }
+    }
+}
+
+/// Wall-clock source, injectable so expiry can be tested without sleeping.
+pub trait Clock: Send + Sync + 'static {
+    fn now_ms(&self) -> i64;
+}
+
+/// The system clock.
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now_ms(&self) -> i64 {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        i64::try_from(now.as_millis()).unwrap_or(i64::MAX)
+    }
+}
+
+/// The Durable Streams protocol over one [`Substrate`].
+#[derive(Clone)]
+pub struct StreamService {
+    sub: Substrate,
+    cfg: Arc<ServiceConfig>,
+    clock: Arc<dyn Clock>,
+    /// Cancelled on shutdown: live reads (long-poll, SSE) end promptly.
+    shutdown: tokio_util::sync::CancellationToken,
+}
+
+/// What a mutation's validate step decided.
+pub(crate) enum Plan<T> {
+    /// Commit these writes, then publish the new meta of `publish` paths and return `T`.
+    Commit { commit: Commit, publish: Vec<StreamMeta>, deleted: Vec<StreamMeta>, value: T },
+    /// Nothing to write; return `T` as is.
+    Done(T),
+}
+
+impl StreamService {
+    pub fn new(sub: Substrate, cfg: ServiceConfig) -> Self {
+        Self { sub, cfg: Arc::new(cfg), clock: Arc::new(SystemClock), shutdown: Default::default() }
+    }
+
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Start shutting down: waiting live readers are answered now (long-poll
+    /// 204, SSE connections closed). Mutations in flight finish normally.
+    pub fn begin_shutdown(&self) {
+        self.shutdown.cancel();
+    }
+
+    /// Wait on a hub subscription, giving up at the deadline or on shutdown.
+    pub(crate) async fn wait_changed(
+        &self,
+        sub: &mut Box<dyn crate::HubSubscription>,
+        seen: &crate::TailSignal,
+        deadline: tokio::time::Instant,
+    ) -> bool {
+        tokio::select! {
+            woke = sub.changed(seen, deadline) => woke,
+            () = self.shutdown.cancelled() => false,
+        }
+    }
+
+    /// Feed fired expiry alarms (in-process schedulers) to [`Self::run_expiry`]
+    /// until the channel closes.
+    pub async fn run_expiry_loop(&self, mut due: tokio::sync::mpsc::UnboundedReceiver<crate::ExpiryDue>) {
+        while let Some(d) = due.recv().await {
+            if let Err(e) = self.run_expiry(&d.path, &d.incarnation).await {
+                tracing::warn!(path = %d.path, error = %e, "expiry run failed");
+            }
+        }
+    }
+
+    /// Re-arm the expiry alarm of every stream with a deadline (after a
+    /// restart of a substrate whose scheduler is in-process).
+    pub async fn rearm_expiries(&self) -> ServiceResult<usize> {
+        let mut after: Option<String> = None;
+        let mut armed = 0;
+        loop {
+            let page = self.sub.store.list_streams(after.as_deref(), 500).await?;
+            let Some(last) = page.last() else { return Ok(armed) };
+            after = Some(last.path.clone());
+            for meta in page.iter().filter(|m| m.expiry_deadline_ms().is_some() && !m.soft_deleted) {
+                self.arm_expiry(meta).await;
+                armed += 1;
+            }
+        }
+    }
+
+    pub fn config(&self) -> &ServiceConfig {
+        &self.cfg
+    }
+
+    pub fn substrate(&self) -> &Substrate {
+        &self.sub
+    }
+
+    pub(crate) fn now_ms(&self) -> i64 {
+        self.clock.now_ms()
+    }
+
+    /// Run one mutation of `path`: under the stream's lock, `plan` reads and
+    /// validates, the resulting commit is applied, and waiters are woken. A
+    /// commit that loses a race ([`StoreError::Conflict`]) is re-planned from
+    /// a fresh read, with jittered backoff, up to the configured attempts.
+    pub(crate) async fn mutate<T, F, Fut>(&self, path: &str, mut plan: F) -> ServiceResult<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = ServiceResult<Plan<T>>>,
+    {
+        let mut attempt = 0u32;
+        loop {
+            attempt += 1;
+            let guard = self.sub.mutex.lock(path).await;
+            let planned = match plan().await {
+                Err(ServiceError::Expired(meta)) if attempt < self.cfg.max_commit_attempts => {
+                    drop(guard);
+                    self.expire(&meta).await;
+                    continue;
+                }
+                other => other?,
+            };
+            match planned {
+                Plan::Done(value) => return Ok(value),
+                Plan::Commit { commit, publish, deleted, value } => match self.sub.store.commit(commit).await {
+                    Ok(()) => {
+                        drop(guard);
+                        for meta in &publish {
+                            self.sub.hub.publish(&meta.path, crate::TailSignal::of(meta));
+                        }
+                        for meta in &deleted {
+                            let mut signal = crate::TailSignal::of(meta);
+                            signal.deleted = true;
+                            self.sub.hub.publish(&meta.path, signal);
+                            let _ = self.sub.scheduler.cancel(&meta.path, &meta.incarnation).await;
+                        }
+                        return Ok(value);
+                    }
+                    Err(StoreError::Conflict) if attempt < self.cfg.max_commit_attempts => {
+                        drop(guard);
+                        tracing::debug!(path, attempt, "commit precondition failed; retrying");
+                        let cap = 2u64.saturating_pow(attempt.min(7)).min(100);
+                        let backoff = rand::thread_rng().gen_range(0..=cap);
+                        tokio::time::sleep(Duration::from_millis(backoff)).await;
+                    }
+                    Err(StoreError::Conflict) => return Err(ServiceError::Contention),
+                    Err(e) => return Err(e.into()),
+                },
+            }
+        }
+    }
+
+    /// The live meta of `path`: absent → `NotFound`; soft-deleted → `Gone`;
+    /// expired → `Expired` (a mutation re-plans after removing it).
+    pub(crate) async fn live_meta(&self, path: &str) -> ServiceResult<StreamMeta> {
+        match self.sub.store.read_meta(path).await? {
+            None => Err(ServiceError::NotFound),
+            Some(meta) if meta.soft_deleted => Err(ServiceError::Gone),
+            Some(meta) if meta.is_expired(self.now_ms()) => Err(ServiceError::Expired(Box::new(meta))),
+            Some(meta) => Ok(meta),
+        }
+    }
+
+    /// [`Self::live_meta`] for reads (outside any lock): an expired stream is
+    /// removed on the spot and reads as `NotFound`.
+    pub(crate) async fn read_live_meta(&self, path: &str) -> ServiceResult<StreamMeta> {
+        match self.live_meta(path).await {
+            Err(ServiceError::Expired(meta)) => {
+                self.expire(&meta).await;
+                Err(ServiceError::NotFound)
+            }
+            other => other,
+        }
+    }
+
+    /// Reset the sliding TTL on a read (writes reset it in their commit).
+    pub(crate) async fn touch(&self, meta: &StreamMeta) {
+        if meta.ttl_secs.is_some() && meta.expires_at_ms.is_none() {
+            if let Err(e) = self.sub.store.touch(&meta.path, &meta.incarnation, self.now_ms()).await {
+                tracing::warn!(path = %meta.path, error = %e, "could not record access for TTL");
+            }
+        }
+    }
+
+    /// Arm the expiry alarm for a stream that has a deadline.
+    pub(crate) async fn arm_expiry(&self, meta: &StreamMeta) {
+        if let Some(at) = meta.expiry_deadline_ms() {
+            if let Err(e) = self.sub.scheduler.schedule_at(&meta.path, &meta.incarnation, at).await {
+                // Expiry is enforced lazily on access; the alarm only bounds cleanup.
+                tracing::warn!(path = %meta.path, error = %e, "could not arm expiry alarm");
+            }
+        }
+    }
+}

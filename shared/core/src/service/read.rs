@@ -1,0 +1,212 @@
+//! GET: catch-up and long-poll reads, and the stitched read of a stream's
+//! bytes across its fork chain.
+
+use bytes::{Bytes, BytesMut};
+use ds_protocol::headers::is_json;
+use ds_protocol::json;
+use ds_protocol::ReadOffset;
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use tokio::time::Instant;
+
+use super::{ServiceError, ServiceResult, StreamService};
+use crate::{StreamMeta, TailSignal};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LiveMode {
+    None,
+    LongPoll,
+    Sse,
+}
+
+#[derive(Debug, Clone)]
+pub struct ReadRequest {
+    pub path: String,
+    pub offset: Option<ReadOffset>,
+    pub live: LiveMode,
+}
+
+/// A read's result; `ds_http` renders headers and body from it.
+#[derive(Debug, Clone)]
+pub struct ReadOutcome {
+    pub meta: StreamMeta,
+    /// First position covered by the response.
+    pub start: u64,
+    /// `Stream-Next-Offset`.
+    pub next: u64,
+    /// Body bytes in wire form (JSON streams: an array).
+    pub body: Bytes,
+    pub up_to_date: bool,
+    /// `Stream-Closed: true` belongs on this response (EOF reached).
+    pub closed: bool,
+    /// Long-poll ended without data (204).
+    pub timed_out: bool,
+    /// The request used `offset=now` (no ETag, `no-store`).
+    pub at_now: bool,
+}
+
+/// Whether a read may cut a stored append to fit the byte budget.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Cut {
+    /// Cut the piece that crosses the budget (at a message boundary for JSON).
+    AtBudget,
+    /// Return whole pieces only (used to find append boundaries).
+    Never,
+}
+
+impl StreamService {
+    /// Catch-up or long-poll read (SSE goes through [`StreamService::sse`]).
+    pub async fn read(&self, req: ReadRequest) -> ServiceResult<ReadOutcome> {
+        let _lease = self.sub.registry.enter(&req.path);
+        if req.live != LiveMode::None && req.offset.is_none() {
+            return Err(ServiceError::BadRequest("live reads need an offset".into()));
+        }
+        // Subscribe before the first read so no append between them is missed.
+        let mut sub = (req.live == LiveMode::LongPoll).then(|| self.sub.hub.subscribe(&req.path));
+        let meta = self.read_live_meta(&req.path).await?;
+        self.touch(&meta).await;
+        let at_now = req.offset == Some(ReadOffset::Now);
+        let start = self.start_position(&meta, req.offset)?;
+
+        if at_now && req.live == LiveMode::None {
+            return Ok(self.empty_outcome(meta, start, true));
+        }
+        let Some(sub) = sub.as_mut() else {
+            return self.read_at(meta, start).await;
+        };
+        let deadline = Instant::now() + self.cfg.long_poll_timeout;
+        let mut meta = meta;
+        loop {
+            if start < meta.tail {
+                return self.read_at(meta, start).await;
+            }
+            if meta.closed {
+                return Ok(self.empty_outcome(meta, start, at_now));
+            }
+            if !self.wait_changed(sub, &TailSignal::of(&meta), deadline).await {
+                let mut out = self.empty_outcome(meta, start, at_now);
+                out.timed_out = true;
+                return Ok(out);
+            }
+            meta = self.read_live_meta(&req.path).await?;
+        }
+    }
+
+    /// Resolve the `offset` parameter against the stream.
+    pub(crate) fn start_position(&self, meta: &StreamMeta, offset: Option<ReadOffset>) -> ServiceResult<u64> {
+        let start = match offset {
+            None | Some(ReadOffset::Beginning) => 0,
+            Some(ReadOffset::Now) => meta.tail,
+            Some(ReadOffset::At(o)) => o.position(),
+        };
+        if start > meta.tail {
+            return Err(ServiceError::BadRequest("offset is beyond the stream's tail".into()));
+        }
+        Ok(start)
+    }
+
+    fn empty_outcome(&self, meta: StreamMeta, start: u64, at_now: bool) -> ReadOutcome {
+        let body = if is_json(&meta.content_type) { Bytes::from_static(b"[]") } else { Bytes::new() };
+        let closed = meta.closed && start == meta.tail;
+        ReadOutcome { start, next: start, body, up_to_date: start == meta.tail, closed, timed_out: false, at_now, meta }
+    }
+
+    /// Read up to the configured budget from `start`.
+    async fn read_at(&self, meta: StreamMeta, start: u64) -> ServiceResult<ReadOutcome> {
+        let (raw, next) = self.read_bytes(&meta, start).await?;
+        let body = if is_json(&meta.content_type) { json::render_array(&raw) } else { raw };
+        let up_to_date = next >= meta.tail;
+        let closed = meta.closed && up_to_date;
+        Ok(ReadOutcome { start, next, body, up_to_date, closed, timed_out: false, at_now: false, meta })
+    }
+
+    /// Stored bytes from `start` (JSON: framed messages), within the budget.
+    pub(crate) async fn read_bytes(&self, meta: &StreamMeta, start: u64) -> ServiceResult<(Bytes, u64)> {
+        let pieces = self.read_pieces(meta, start, self.cfg.max_read_bytes, Cut::AtBudget).await?;
+        let len: usize = pieces.iter().map(Bytes::len).sum();
+        let raw = if pieces.len() == 1 {
+            pieces.into_iter().next().unwrap_or_default()
+        } else {
+            let mut buf = BytesMut::with_capacity(len);
+            pieces.iter().for_each(|p| buf.extend_from_slice(p));
+            buf.freeze()
+        };
+        Ok((raw, start + len as u64))
+    }
+
+    /// The stream's bytes from `from`, one piece per stored append (slices of
+    /// chunks), stitched across the fork chain: positions before a fork's
+    /// base come from its source. Stops at `budget` bytes (see [`Cut`]).
+    pub(crate) fn read_pieces<'a>(
+        &'a self,
+        meta: &'a StreamMeta,
+        from: u64,
+        budget: usize,
+        cut: Cut,
+    ) -> BoxFuture<'a, ServiceResult<Vec<Bytes>>> {
+        async move {
+            let mut pieces = Vec::new();
+            let mut pos = from;
+            let mut used = 0usize;
+            if let Some(origin) = meta.fork.as_ref().filter(|o| pos < o.base) {
+                let source = match self.sub.fork_peer.source_meta(&origin.source).await? {
+                    Some(s) if s.incarnation == origin.source_incarnation => s,
+                    _ => {
+                        return Err(crate::StoreError::Backend(format!(
+                            "fork source {} of {} is missing",
+                            origin.source, meta.path
+                        ))
+                        .into())
+                    }
+                };
+                let limited = StreamMeta { tail: origin.base.min(source.tail), ..source };
+                for p in self.read_pieces(&limited, pos, budget, cut).await? {
+                    used += p.len();
+                    pos += p.len() as u64;
+                    pieces.push(p);
+                }
+                if pos < origin.base || used >= budget {
+                    return Ok(pieces);
+                }
+            }
+            if pos >= meta.tail {
+                return Ok(pieces);
+            }
+            let json = is_json(&meta.content_type);
+            let chunks = self
+                .sub
+                .store
+                .read_chunks(&meta.path, &meta.incarnation, pos, meta.tail, budget.saturating_sub(used).max(1))
+                .await?;
+            for chunk in chunks {
+                if used >= budget || pos >= meta.tail {
+                    break;
+                }
+                if chunk.end() <= pos || chunk.start > pos {
+                    if chunk.start > pos {
+                        return Err(crate::StoreError::Backend(format!("gap in {} at {pos}", meta.path)).into());
+                    }
+                    continue;
+                }
+                let lo = usize::try_from(pos - chunk.start).unwrap_or(usize::MAX);
+                let hi = usize::try_from(meta.tail.min(chunk.end()) - chunk.start).unwrap_or(usize::MAX);
+                let mut piece = chunk.data.slice(lo..hi);
+                let room = budget - used;
+                if cut == Cut::AtBudget && piece.len() > room {
+                    let keep = if json { json::boundary_prefix(&piece, room) } else { room.max(1) };
+                    // Never return nothing: a single oversized message is sent whole.
+                    let keep = if used > 0 && keep > room { 0 } else { keep };
+                    piece.truncate(keep);
+                }
+                if piece.is_empty() {
+                    break;
+                }
+                used += piece.len();
+                pos += piece.len() as u64;
+                pieces.push(piece);
+            }
+            Ok(pieces)
+        }
+        .boxed()
+    }
+}

@@ -1,0 +1,125 @@
+//! GET `live=sse`: catch-up then live tail as Server-Sent Events. Every data
+//! event is followed by a control event (§5.8); the connection ends at EOF,
+//! when the stream goes away, or after the configured duration (§10.2).
+
+use std::collections::VecDeque;
+use std::pin::Pin;
+
+use bytes::Bytes;
+use ds_protocol::cursor::next_cursor;
+use ds_protocol::headers::is_json;
+use ds_protocol::sse::{control_event, data_event, Control, DataEncoding};
+use ds_protocol::{json, Offset};
+use futures::Stream;
+use rand::Rng;
+use tokio::time::Instant;
+
+use super::{ReadRequest, ServiceError, ServiceResult, StreamService};
+use crate::{HubSubscription, StreamMeta, TailSignal};
+
+/// The SSE body: framed events, ready to write.
+pub type SseStream = Pin<Box<dyn Stream<Item = Bytes> + Send>>;
+
+struct SseState {
+    svc: StreamService,
+    path: String,
+    pos: u64,
+    encoding: DataEncoding,
+    json: bool,
+    client_cursor: Option<String>,
+    sub: Box<dyn HubSubscription>,
+    deadline: Instant,
+    first: bool,
+    done: bool,
+    pending: VecDeque<Bytes>,
+}
+
+impl StreamService {
+    /// Open an SSE read. Errors (404, 410, 400) are returned before any byte
+    /// is streamed; the returned meta describes the stream at open time.
+    pub async fn sse(&self, req: ReadRequest, client_cursor: Option<String>) -> ServiceResult<(StreamMeta, SseStream)> {
+        if req.offset.is_none() {
+            return Err(ServiceError::BadRequest("SSE reads need an offset".into()));
+        }
+        let sub = self.sub.hub.subscribe(&req.path);
+        let meta = self.read_live_meta(&req.path).await?;
+        self.touch(&meta).await;
+        let pos = self.start_position(&meta, req.offset)?;
+        let state = SseState {
+            svc: self.clone(),
+            path: req.path.clone(),
+            pos,
+            encoding: DataEncoding::for_content_type(&meta.content_type),
+            json: is_json(&meta.content_type),
+            client_cursor,
+            sub,
+            deadline: Instant::now() + self.cfg.sse_max_duration,
+            first: true,
+            done: false,
+            pending: VecDeque::new(),
+        };
+        let stream = futures::stream::unfold(state, |mut st| async move {
+            loop {
+                if let Some(event) = st.pending.pop_front() {
+                    return Some((event, st));
+                }
+                if st.done {
+                    return None;
+                }
+                st.step().await;
+            }
+        });
+        Ok((meta, Box::pin(stream)))
+    }
+}
+
+impl SseState {
+    /// Queue the next events, or wait for the stream to move, or finish.
+    async fn step(&mut self) {
+        let meta = match self.svc.read_live_meta(&self.path).await {
+            Ok(meta) => meta,
+            Err(_) => {
+                self.done = true; // deleted or expired: end the connection
+                return;
+            }
+        };
+        if self.pos < meta.tail {
+            let (raw, next) = match self.svc.read_bytes(&meta, self.pos).await {
+                Ok(read) => read,
+                Err(e) => {
+                    tracing::warn!(path = %self.path, error = %e, "SSE read failed");
+                    self.done = true;
+                    return;
+                }
+            };
+            let payload = if self.json { json::render_array(&raw) } else { raw };
+            self.pending.push_back(data_event(&payload, self.encoding));
+            self.pos = next;
+            self.first = false;
+            self.queue_control(&meta);
+            return;
+        }
+        if self.first || meta.closed {
+            self.first = false;
+            self.queue_control(&meta);
+            return;
+        }
+        if !self.svc.wait_changed(&mut self.sub, &TailSignal::of(&meta), self.deadline).await {
+            self.done = true;
+        }
+    }
+
+    fn queue_control(&mut self, meta: &StreamMeta) {
+        let up_to_date = self.pos >= meta.tail;
+        let closed = meta.closed && up_to_date;
+        let cursor = (!closed).then(|| {
+            let jitter = rand::thread_rng().gen_range(1..=3600);
+            next_cursor(self.svc.now_ms(), self.client_cursor.as_deref(), jitter)
+        });
+        let control = Control { next_offset: Offset(self.pos).to_string(), cursor, up_to_date, closed };
+        self.pending.push_back(control_event(&control));
+        if closed {
+            self.done = true;
+        }
+    }
+}

@@ -1,0 +1,238 @@
+//! The substrate traits: what a platform (memory, local disk, AWS) provides so
+//! the one protocol core can run on it (portable-architecture §2-§5).
+//!
+//! # The consistency contract
+//! Every platform must meet these three rules; the contract-test suite
+//! (`crate::contract`, feature `test-util`) checks them for each substrate:
+//! 1. **Serialized critical section.** The core runs each stream mutation as
+//!    read meta → validate → [`StreamStore::commit`] while holding
+//!    [`StreamMutex::lock`]. A single-process substrate makes that lock
+//!    exclusive; a multi-process one (two Lambda instances) cannot, so there
+//!    the guarantee is the commit's [`Expect`](crate::Expect) precondition:
+//!    a commit built from a stale read fails with [`StoreError::Conflict`]
+//!    and the core re-reads, re-validates and retries. Either way no two
+//!    mutations built from the same read both commit.
+//! 2. **All-or-nothing commit.** A [`Commit`] is applied entirely or not at all,
+//!    and once `commit` returns `Ok` it is durable to the substrate's standard
+//!    (memory: process lifetime; local: on disk; AWS: DynamoDB/S3).
+//! 3. **Wake after commit.** [`StreamHub::publish`] is called only after the
+//!    commit returned `Ok`, so live readers never observe rolled-back data.
+//!
+//! No trait assumes one process, an in-memory lock or synchronous storage:
+//! everything is async and `Send + Sync`, usable as `Arc<dyn …>`.
+
+use std::any::Any;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use tokio::time::Instant;
+
+use crate::model::{Chunk, Commit, ProducerState, StreamMeta, TailSignal};
+
+/// Errors a substrate reports. The core maps them to protocol status codes in
+/// one place (`ds_http::error`).
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// A precondition of the commit did not hold (another writer got there
+    /// first). Nothing was written; re-read, re-validate and retry.
+    #[error("commit precondition failed (concurrent writer)")]
+    Conflict,
+    /// Transient: throttling, timeouts, an unreachable backend. Nothing was
+    /// written by the failing call. The request may be retried.
+    #[error("storage temporarily unavailable: {0}")]
+    Unavailable(String),
+    /// A stored record could not be decoded, or the backend rejected the
+    /// request for a reason retrying will not fix.
+    #[error("storage failure: {0}")]
+    Backend(String),
+}
+
+/// Persist and read streams: meta records, chunks and producer state.
+///
+/// Invariants:
+/// - [`commit`](Self::commit) is all-or-nothing (see [`Commit`]) and checks
+///   every [`Expect`](crate::Expect) against the current state atomically with
+///   applying the writes.
+/// - Reads observe every commit that returned `Ok` before the read started
+///   (read-your-writes across the whole substrate, e.g. consistent reads on
+///   DynamoDB).
+/// - Chunks of one `(path, incarnation)` never overlap; positions are stable
+///   forever once committed (bytes at a position never change).
+#[async_trait]
+pub trait StreamStore: Send + Sync + 'static {
+    /// The stream's meta record, if one exists (including soft-deleted and
+    /// expired-but-not-yet-removed streams: the core decides what they mean).
+    async fn read_meta(&self, path: &str) -> Result<Option<StreamMeta>, StoreError>;
+
+    /// Chunks of `(path, incarnation)` overlapping positions `[from, until)`,
+    /// in position order. The first chunk may start before `from` (the chunk
+    /// containing `from` is returned whole); the caller slices. Stops adding
+    /// chunks once their total length reaches `max_bytes`, but always returns
+    /// at least the first overlapping chunk when one exists.
+    async fn read_chunks(
+        &self,
+        path: &str,
+        incarnation: &str,
+        from: u64,
+        until: u64,
+        max_bytes: usize,
+    ) -> Result<Vec<Chunk>, StoreError>;
+
+    /// One producer's state for `(path, incarnation)`.
+    async fn read_producer(
+        &self,
+        path: &str,
+        incarnation: &str,
+        producer_id: &str,
+    ) -> Result<Option<ProducerState>, StoreError>;
+
+    /// Apply `commit` all-or-nothing; [`StoreError::Conflict`] if any
+    /// precondition fails.
+    async fn commit(&self, commit: Commit) -> Result<(), StoreError>;
+
+    /// Record an access for the sliding TTL: set the meta's `touched_at_ms` to
+    /// at least `at_ms` if the stored incarnation still matches. No version
+    /// bump, no precondition. Implementations may coalesce (e.g. at most about
+    /// one write per second per stream) and may make it non-durable.
+    async fn touch(&self, path: &str, incarnation: &str, at_ms: i64) -> Result<(), StoreError>;
+
+    /// Meta records in path order, strictly after `after`, at most `limit`.
+    /// Used by sweeps (expiry recovery on start-up) — not on request paths.
+    async fn list_streams(
+        &self,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<StreamMeta>, StoreError>;
+}
+
+/// Held while a stream's critical section runs; dropping it releases the lock.
+pub type MutexGuard = Box<dyn Any + Send>;
+
+/// Serializes one stream's read → validate → commit critical section.
+///
+/// Invariant: in a single-process substrate, two guards for the same path are
+/// never held at once. A multi-process substrate may only serialize within the
+/// process (an optimization): the commit precondition is the guarantee there.
+/// Guards for different paths never block each other, and the core never
+/// holds two guards at once (so lock order cannot deadlock).
+#[async_trait]
+pub trait StreamMutex: Send + Sync + 'static {
+    async fn lock(&self, path: &str) -> MutexGuard;
+}
+
+/// Wakes the live readers (long-poll, SSE) of a stream.
+///
+/// Invariants: `publish` is called by the core only after the commit it
+/// describes returned `Ok`. A [`HubSubscription`] created before a commit
+/// observes that commit: it never misses a wake-up for a change that happened
+/// after `subscribe` returned (the core subscribes, then reads the store, then
+/// waits — so nothing falls in between).
+pub trait StreamHub: Send + Sync + 'static {
+    /// Tell this stream's waiters about a committed change.
+    fn publish(&self, path: &str, signal: TailSignal);
+    /// Start watching `path`. Subscribe *before* reading the store.
+    fn subscribe(&self, path: &str) -> Box<dyn HubSubscription>;
+}
+
+/// One reader's interest in one stream.
+#[async_trait]
+pub trait HubSubscription: Send {
+    /// Wait until the stream may differ from `seen` (tail beyond it, closed,
+    /// deleted, another incarnation) or until `deadline`. Returns `true` when
+    /// woken, `false` at the deadline. Spurious `true` is allowed: the caller
+    /// always re-reads the store.
+    async fn changed(&mut self, seen: &TailSignal, deadline: Instant) -> bool;
+}
+
+/// Fires a callback at a future time so expired streams get cleaned up.
+///
+/// Invariants: expiry is enforced lazily by the core on every access, so a
+/// late or lost alarm never makes an expired stream readable; the scheduler
+/// only bounds how long an expired stream's storage lingers. Scheduling the
+/// same `(path, incarnation)` again replaces the previous alarm. When an alarm
+/// fires the substrate calls `StreamService::run_expiry(path, incarnation)`,
+/// which deletes the stream if it is expired or re-arms if its sliding TTL
+/// moved the deadline.
+#[async_trait]
+pub trait ExpiryScheduler: Send + Sync + 'static {
+    async fn schedule_at(&self, path: &str, incarnation: &str, at_ms: i64) -> Result<(), StoreError>;
+    async fn cancel(&self, path: &str, incarnation: &str) -> Result<(), StoreError>;
+}
+
+/// Reaches another stream so a fork can read its inherited bytes.
+///
+/// Invariants: returns data of exactly the named incarnation (a re-created
+/// source is a different stream); soft-deleted sources stay readable here.
+/// Reference counts are changed by the core inside the fork's own commit
+/// (creation and delete), so they are atomic with the fork's meta.
+#[async_trait]
+pub trait ForkPeer: Send + Sync + 'static {
+    async fn source_meta(&self, path: &str) -> Result<Option<StreamMeta>, StoreError>;
+    async fn read_source(
+        &self,
+        path: &str,
+        incarnation: &str,
+        from: u64,
+        until: u64,
+        max_bytes: usize,
+    ) -> Result<Vec<Chunk>, StoreError>;
+}
+
+/// Keeps a stream's context alive while held.
+pub type StreamLease = Box<dyn Any + Send + Sync>;
+
+/// The per-stream context map: "give me stream K's context, created on demand,
+/// evicted when idle".
+///
+/// Invariants: while a lease for `path` is held, the substrate's per-stream
+/// state for it (lock, waiters, pollers, caches) stays in place; once no
+/// lease, lock guard or subscription refers to it, it may be evicted. The
+/// number of live contexts is bounded by the streams in use, not the streams
+/// ever seen.
+pub trait StreamRegistry: Send + Sync + 'static {
+    /// Enter `path` for the duration of one request.
+    fn enter(&self, path: &str) -> StreamLease;
+    /// Number of live per-stream contexts (for tests and metrics).
+    fn live_contexts(&self) -> usize;
+}
+
+/// [`ForkPeer`] for substrates whose streams share one store (memory, local,
+/// AWS): the source is read straight from the store.
+pub struct StoreForkPeer {
+    store: Arc<dyn StreamStore>,
+}
+
+impl StoreForkPeer {
+    pub fn new(store: Arc<dyn StreamStore>) -> Self {
+        Self { store }
+    }
+}
+
+#[async_trait]
+impl ForkPeer for StoreForkPeer {
+    async fn source_meta(&self, path: &str) -> Result<Option<StreamMeta>, StoreError> {
+        self.store.read_meta(path).await
+    }
+
+    async fn read_source(
+        &self,
+        path: &str,
+        incarnation: &str,
+        from: u64,
+        until: u64,
+        max_bytes: usize,
+    ) -> Result<Vec<Chunk>, StoreError> {
+        self.store.read_chunks(path, incarnation, from, until, max_bytes).await
+    }
+}
+
+/// One platform: the six substrate services the core runs on.
+#[derive(Clone)]
+pub struct Substrate {
+    pub store: Arc<dyn StreamStore>,
+    pub mutex: Arc<dyn StreamMutex>,
+    pub hub: Arc<dyn StreamHub>,
+    pub scheduler: Arc<dyn ExpiryScheduler>,
+    pub fork_peer: Arc<dyn ForkPeer>,
+    pub registry: Arc<dyn StreamRegistry>,
+}

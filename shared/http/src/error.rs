@@ -1,0 +1,91 @@
+//! The one place service errors become HTTP responses.
+//!
+//! Bodies are `{"error":{"code":…,"message":…}}`; clients must not need them
+//! (§5.2): every machine-relevant fact is also a status code or header.
+
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use ds_core::{ServiceError, StoreError};
+use ds_protocol::Offset;
+
+use crate::headers as h;
+
+/// An error response, convertible from anything the handlers can fail with.
+#[derive(Debug)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub code: &'static str,
+    pub message: String,
+    pub headers: HeaderMap,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        Self { status, code, message: message.into(), headers: HeaderMap::new() }
+    }
+
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "BAD_REQUEST", message)
+    }
+
+    pub fn payload_too_large(limit: usize) -> Self {
+        Self::new(StatusCode::PAYLOAD_TOO_LARGE, "PAYLOAD_TOO_LARGE", format!("request body exceeds {limit} bytes"))
+    }
+
+    fn header(mut self, name: &'static str, value: impl ToString) -> Self {
+        if let Ok(v) = HeaderValue::from_str(&value.to_string()) {
+            self.headers.insert(name, v);
+        }
+        self
+    }
+}
+
+impl From<ServiceError> for ApiError {
+    fn from(e: ServiceError) -> Self {
+        let msg = e.to_string();
+        match e {
+            ServiceError::Invalid(_) | ServiceError::BadRequest(_) => Self::bad_request(msg),
+            ServiceError::NotFound | ServiceError::Expired(_) => Self::new(StatusCode::NOT_FOUND, "NOT_FOUND", msg),
+            ServiceError::Gone => Self::new(StatusCode::GONE, "GONE", msg),
+            ServiceError::Conflict(_) => Self::new(StatusCode::CONFLICT, "CONFLICT", msg),
+            ServiceError::StreamClosed { tail } => Self::new(StatusCode::CONFLICT, "STREAM_CLOSED", msg)
+                .header(h::STREAM_CLOSED, "true")
+                .header(h::STREAM_NEXT_OFFSET, Offset(tail)),
+            ServiceError::StaleEpoch { current } => {
+                Self::new(StatusCode::FORBIDDEN, "STALE_EPOCH", msg).header(h::PRODUCER_EPOCH, current)
+            }
+            ServiceError::SeqGap { expected, received } => Self::new(StatusCode::CONFLICT, "SEQUENCE_GAP", msg)
+                .header(h::PRODUCER_EXPECTED_SEQ, expected)
+                .header(h::PRODUCER_RECEIVED_SEQ, received),
+            ServiceError::Contention => {
+                Self::new(StatusCode::SERVICE_UNAVAILABLE, "CONTENTION", msg).header("retry-after", 1)
+            }
+            ServiceError::Store(StoreError::Unavailable(_)) => {
+                Self::new(StatusCode::SERVICE_UNAVAILABLE, "UNAVAILABLE", msg).header("retry-after", 1)
+            }
+            ServiceError::Store(StoreError::Conflict) => {
+                Self::new(StatusCode::SERVICE_UNAVAILABLE, "CONTENTION", msg).header("retry-after", 1)
+            }
+            ServiceError::Store(StoreError::Backend(_)) => {
+                tracing::error!(error = %msg, "storage failure");
+                Self::new(StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL", "internal storage error")
+            }
+        }
+    }
+}
+
+impl From<ds_protocol::ProtocolError> for ApiError {
+    fn from(e: ds_protocol::ProtocolError) -> Self {
+        Self::bad_request(e.to_string())
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = serde_json::json!({ "error": { "code": self.code, "message": self.message } }).to_string();
+        let mut resp = (self.status, body).into_response();
+        resp.headers_mut().insert(http::header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        resp.headers_mut().extend(self.headers);
+        resp
+    }
+}

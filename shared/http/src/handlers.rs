@@ -1,0 +1,233 @@
+//! One handler per method on `/v1/stream/{path}`; each parses headers into a
+//! service request and renders the outcome. Errors go through [`ApiError`].
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use ds_core::{AppendOutcome, AppendRequest, CreateRequest, ForkRequest, LiveMode, ReadOutcome, ReadRequest, StreamMeta};
+use ds_protocol::cursor::next_cursor;
+use ds_protocol::etag::{if_none_match, read_etag};
+use ds_protocol::headers::{
+    format_rfc3339_ms, is_stream_closed, parse_lifetime, parse_producer, parse_sub_offset, validate_content_type,
+};
+use ds_protocol::sse::DataEncoding;
+use ds_protocol::Offset;
+use rand::Rng;
+
+use crate::error::ApiError;
+use crate::headers::{self as h, get};
+use crate::request::{body, read_query, stream_path};
+use crate::AppState;
+
+type ApiResult = Result<Response, ApiError>;
+
+pub(crate) async fn stream(State(app): State<AppState>, req: Request) -> Response {
+    let result = dispatch(app, req).await;
+    result.unwrap_or_else(IntoResponse::into_response)
+}
+
+async fn dispatch(app: AppState, req: Request) -> ApiResult {
+    let path = stream_path(req.uri())?;
+    if ds_protocol::path::is_reserved(&path) {
+        return Err(ApiError::new(
+            StatusCode::NOT_IMPLEMENTED,
+            "NOT_IMPLEMENTED",
+            "the reserved __ds control APIs (subscriptions) are not implemented by this server yet",
+        ));
+    }
+    let span = tracing::info_span!("stream", method = %req.method(), path = %path);
+    let _enter = span.enter();
+    drop(_enter);
+    match *req.method() {
+        Method::PUT => put(app, path, req).await,
+        Method::POST => post(app, path, req).await,
+        Method::GET => get_stream(app, path, req).await,
+        Method::HEAD => head(app, path).await,
+        Method::DELETE => {
+            app.service.delete(&path).await?;
+            Ok(StatusCode::NO_CONTENT.into_response())
+        }
+        _ => Err(ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "METHOD_NOT_ALLOWED", "method not allowed")),
+    }
+}
+
+pub(crate) async fn not_a_stream() -> Response {
+    ApiError::bad_request("a stream path is required: /v1/stream/{path}").into_response()
+}
+
+pub(crate) async fn not_found() -> Response {
+    ApiError::new(StatusCode::NOT_FOUND, "NOT_FOUND", "no such route").into_response()
+}
+
+fn set(headers: &mut HeaderMap, name: &'static str, value: impl ToString) {
+    if let Ok(v) = HeaderValue::from_str(&value.to_string()) {
+        headers.insert(name, v);
+    }
+}
+
+async fn put(app: AppState, path: String, req: Request) -> ApiResult {
+    let (parts, raw) = req.into_parts();
+    let hd = &parts.headers;
+    let content_type = get(hd, "content-type")?.map(str::to_owned);
+    if let Some(ct) = &content_type {
+        validate_content_type(ct)?;
+    }
+    let lifetime = parse_lifetime(get(hd, h::STREAM_TTL)?, get(hd, h::STREAM_EXPIRES_AT)?)?;
+    let fork = match (get(hd, h::STREAM_FORKED_FROM)?, get(hd, h::STREAM_FORK_OFFSET)?, get(hd, h::STREAM_FORK_SUB_OFFSET)?) {
+        (None, None, None) => None,
+        (None, _, _) => return Err(ApiError::bad_request("fork headers need Stream-Forked-From")),
+        (Some(source), offset, sub) => {
+            let offset = offset.map(Offset::parse).transpose()?;
+            let sub_offset = sub.map(parse_sub_offset).transpose()?.unwrap_or(0);
+            if sub_offset > 0 && offset.is_none() {
+                return Err(ApiError::bad_request("Stream-Fork-Sub-Offset needs Stream-Fork-Offset"));
+            }
+            let source = source.trim_start_matches('/');
+            let source = source.strip_prefix("v1/stream/").unwrap_or(source).to_owned();
+            Some(ForkRequest { source, offset, sub_offset })
+        }
+    };
+    let closed = is_stream_closed(get(hd, h::STREAM_CLOSED)?);
+    let body = body(raw, app.cfg.max_body_bytes).await?;
+    let out = app.service.create(CreateRequest { path: path.clone(), content_type, lifetime, closed, body, fork }).await?;
+    let mut resp = if out.created { StatusCode::CREATED } else { StatusCode::OK }.into_response();
+    let headers = resp.headers_mut();
+    stream_headers(headers, &out.meta);
+    if out.created {
+        set(headers, "location", format!("/v1/stream/{path}"));
+    }
+    Ok(resp)
+}
+
+/// Content-Type, Stream-Next-Offset, and Stream-Closed when closed.
+fn stream_headers(headers: &mut HeaderMap, meta: &StreamMeta) {
+    set(headers, "content-type", &meta.content_type);
+    set(headers, h::STREAM_NEXT_OFFSET, Offset(meta.tail));
+    if meta.closed {
+        set(headers, h::STREAM_CLOSED, "true");
+    }
+}
+
+async fn post(app: AppState, path: String, req: Request) -> ApiResult {
+    let (parts, raw) = req.into_parts();
+    let hd = &parts.headers;
+    let producer = parse_producer(get(hd, h::PRODUCER_ID)?, get(hd, h::PRODUCER_EPOCH)?, get(hd, h::PRODUCER_SEQ)?)?;
+    let request = AppendRequest {
+        path,
+        content_type: get(hd, "content-type")?.map(str::to_owned),
+        close: is_stream_closed(get(hd, h::STREAM_CLOSED)?),
+        seq: get(hd, h::STREAM_SEQ)?.map(str::to_owned),
+        producer,
+        body: body(raw, app.cfg.max_body_bytes).await?,
+    };
+    let out = app.service.append(request).await?;
+    let (status, producer) = match &out {
+        AppendOutcome::Appended { producer: Some(p), .. } => (StatusCode::OK, Some(*p)),
+        AppendOutcome::Appended { producer: None, .. } | AppendOutcome::AlreadyClosed { .. } => {
+            (StatusCode::NO_CONTENT, None)
+        }
+        AppendOutcome::Duplicate { producer, .. } => (StatusCode::NO_CONTENT, Some(*producer)),
+    };
+    let mut resp = status.into_response();
+    let headers = resp.headers_mut();
+    let meta = out.meta();
+    set(headers, h::STREAM_NEXT_OFFSET, Offset(meta.tail));
+    if meta.closed {
+        set(headers, h::STREAM_CLOSED, "true");
+    }
+    if let Some(p) = producer {
+        set(headers, h::PRODUCER_EPOCH, p.epoch);
+        set(headers, h::PRODUCER_SEQ, p.last_seq);
+    }
+    Ok(resp)
+}
+
+async fn head(app: AppState, path: String) -> ApiResult {
+    let meta = app.service.head(&path).await?;
+    let mut resp = StatusCode::OK.into_response();
+    let headers = resp.headers_mut();
+    stream_headers(headers, &meta);
+    if let Some(ttl) = meta.ttl_secs {
+        set(headers, h::STREAM_TTL, ttl);
+    }
+    if let Some(at) = meta.expires_at_ms {
+        set(headers, h::STREAM_EXPIRES_AT, format_rfc3339_ms(at));
+    }
+    set(headers, "cache-control", "no-store");
+    Ok(resp)
+}
+
+async fn get_stream(app: AppState, path: String, req: Request) -> ApiResult {
+    let q = read_query(req.uri())?;
+    let live = match q.live.as_deref() {
+        None => LiveMode::None,
+        Some("long-poll") => LiveMode::LongPoll,
+        Some("sse") => LiveMode::Sse,
+        Some(other) => return Err(ApiError::bad_request(format!("unknown live mode {other:?}"))),
+    };
+    let read = ReadRequest { path, offset: q.offset, live };
+    if live == LiveMode::Sse {
+        return sse(app, read, q.cursor).await;
+    }
+    let out = app.service.read(read).await?;
+    let inm = get(req.headers(), "if-none-match")?.map(str::to_owned);
+    Ok(render_read(&out, live, q.cursor.as_deref(), inm.as_deref()))
+}
+
+fn cursor(client: Option<&str>) -> String {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    let jitter = rand::thread_rng().gen_range(1..=3600);
+    next_cursor(i64::try_from(now.as_millis()).unwrap_or(i64::MAX), client, jitter)
+}
+
+fn render_read(out: &ReadOutcome, live: LiveMode, client_cursor: Option<&str>, inm: Option<&str>) -> Response {
+    let etag = (!out.at_now && !out.timed_out).then(|| read_etag(&out.meta.incarnation, out.start, out.next, out.closed));
+    if let (Some(etag), Some(inm)) = (&etag, inm) {
+        if if_none_match(inm, etag) {
+            let mut resp = StatusCode::NOT_MODIFIED.into_response();
+            set(resp.headers_mut(), "etag", etag);
+            set(resp.headers_mut(), h::STREAM_NEXT_OFFSET, Offset(out.next));
+            return resp;
+        }
+    }
+    let mut resp = if out.timed_out {
+        StatusCode::NO_CONTENT.into_response()
+    } else {
+        (StatusCode::OK, Body::from(out.body.clone())).into_response()
+    };
+    let headers = resp.headers_mut();
+    if !out.timed_out {
+        set(headers, "content-type", &out.meta.content_type);
+    }
+    set(headers, h::STREAM_NEXT_OFFSET, Offset(out.next));
+    if out.up_to_date {
+        set(headers, h::STREAM_UP_TO_DATE, "true");
+    }
+    if out.closed {
+        set(headers, h::STREAM_CLOSED, "true");
+    }
+    if live == LiveMode::LongPoll && !out.closed {
+        set(headers, h::STREAM_CURSOR, cursor(client_cursor));
+    }
+    if let Some(etag) = etag {
+        set(headers, "etag", etag);
+    }
+    let cacheable = !out.at_now && !out.timed_out && !out.body.is_empty() && out.next > out.start;
+    let cache = if cacheable { "public, max-age=60, stale-while-revalidate=300" } else { "no-store" };
+    set(headers, "cache-control", cache);
+    resp
+}
+
+async fn sse(app: AppState, read: ReadRequest, client_cursor: Option<String>) -> ApiResult {
+    let (meta, events) = app.service.sse(read, client_cursor).await?;
+    let mut resp = Body::from_stream(futures::StreamExt::map(events, Ok::<_, std::convert::Infallible>)).into_response();
+    let headers = resp.headers_mut();
+    set(headers, "content-type", "text/event-stream");
+    set(headers, "cache-control", "no-cache");
+    set(headers, "x-accel-buffering", "no");
+    if DataEncoding::for_content_type(&meta.content_type) == DataEncoding::Base64 {
+        set(headers, h::STREAM_SSE_DATA_ENCODING, "base64");
+    }
+    Ok(resp)
+}

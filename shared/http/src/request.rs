@@ -1,0 +1,96 @@
+//! Turning raw requests into service requests: the stream path, the query,
+//! the body (with the size limit).
+
+use axum::body::Body;
+use axum::http::Uri;
+use bytes::Bytes;
+use ds_protocol::ReadOffset;
+
+use crate::error::ApiError;
+
+/// The decoded stream path of a `/v1/stream/{path}` URI.
+pub fn stream_path(uri: &Uri) -> Result<String, ApiError> {
+    let raw = uri.path().strip_prefix("/v1/stream/").unwrap_or_default();
+    let decoded = percent_decode(raw).ok_or_else(|| ApiError::bad_request("stream path is not valid percent-encoded UTF-8"))?;
+    ds_protocol::path::validate(&decoded)?;
+    Ok(decoded)
+}
+
+fn percent_decode(s: &str) -> Option<String> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = bytes.get(i + 1..i + 3)?;
+            let hex = std::str::from_utf8(hex).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// The read query: `offset`, `live`, `cursor`. Unknown parameters are ignored.
+#[derive(Debug, Default)]
+pub struct ReadQuery {
+    pub offset: Option<ReadOffset>,
+    pub live: Option<String>,
+    pub cursor: Option<String>,
+}
+
+pub fn read_query(uri: &Uri) -> Result<ReadQuery, ApiError> {
+    let mut offsets = Vec::new();
+    let mut q = ReadQuery::default();
+    for pair in uri.query().unwrap_or_default().split('&').filter(|p| !p.is_empty()) {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        let v = percent_decode(&v.replace('+', " ")).ok_or_else(|| ApiError::bad_request("query is not valid UTF-8"))?;
+        match k {
+            "offset" => offsets.push(v),
+            "live" => q.live = Some(v),
+            "cursor" => q.cursor = Some(v),
+            _ => {}
+        }
+    }
+    let refs: Vec<&str> = offsets.iter().map(String::as_str).collect();
+    q.offset = ReadOffset::from_query(&refs)?;
+    Ok(q)
+}
+
+/// Read the whole body, refusing more than `limit` bytes with 413.
+pub async fn body(body: Body, limit: usize) -> Result<Bytes, ApiError> {
+    axum::body::to_bytes(body, limit).await.map_err(|e| {
+        let too_large = std::error::Error::source(&e)
+            .is_some_and(|s| s.is::<http_body_util::LengthLimitError>())
+            || e.to_string().contains("length limit");
+        if too_large {
+            ApiError::payload_too_large(limit)
+        } else {
+            ApiError::bad_request(format!("could not read the request body: {e}"))
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn paths_and_queries() {
+        let uri: Uri = "/v1/stream/a%2Fb/c?offset=-1&live=long-poll&x=1".parse().unwrap();
+        assert_eq!(stream_path(&uri).unwrap(), "a/b/c");
+        let q = read_query(&uri).unwrap();
+        assert_eq!(q.offset, Some(ReadOffset::Beginning));
+        assert_eq!(q.live.as_deref(), Some("long-poll"));
+        for bad in ["/v1/stream/a/%2E%2E/b", "/v1/stream/..", "/v1/stream/a%00b", "/v1/stream/%ff"] {
+            assert!(stream_path(&bad.parse().unwrap()).is_err(), "{bad}");
+        }
+        assert!(read_query(&"/x?offset=1,2".parse().unwrap()).is_err());
+        assert!(read_query(&"/x?offset=".parse().unwrap()).is_err());
+        assert!(read_query(&"/x?offset=-1&offset=-1".parse().unwrap()).is_err());
+    }
+}
