@@ -69,6 +69,7 @@ fn set(headers: &mut HeaderMap, name: &'static str, value: impl ToString) {
 async fn put(app: AppState, path: String, req: Request) -> ApiResult {
     let (parts, raw) = req.into_parts();
     let hd = &parts.headers;
+    let parts_host = get(hd, "host")?.unwrap_or("127.0.0.1").to_owned();
     let content_type = get(hd, "content-type")?.map(str::to_owned);
     if let Some(ct) = &content_type {
         validate_content_type(ct)?;
@@ -95,9 +96,21 @@ async fn put(app: AppState, path: String, req: Request) -> ApiResult {
     let headers = resp.headers_mut();
     stream_headers(headers, &out.meta);
     if out.created {
-        set(headers, "location", format!("/v1/stream/{path}"));
+        set(headers, "location", location(&parts_host, &path));
     }
     Ok(resp)
+}
+
+/// The absolute URL of a created stream (`Location` must parse as a URL).
+fn location(host: &str, path: &str) -> String {
+    let encoded: String = path
+        .bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' | b'/' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect();
+    format!("http://{host}/v1/stream/{encoded}")
 }
 
 /// Content-Type, Stream-Next-Offset, and Stream-Closed when closed.
@@ -121,12 +134,14 @@ async fn post(app: AppState, path: String, req: Request) -> ApiResult {
         producer,
         body: body(raw, app.cfg.max_body_bytes).await?,
     };
+    let empty_body = request.body.is_empty();
     let out = app.service.append(request).await?;
     let (status, producer) = match &out {
-        AppendOutcome::Appended { producer: Some(p), .. } => (StatusCode::OK, Some(*p)),
-        AppendOutcome::Appended { producer: None, .. } | AppendOutcome::AlreadyClosed { .. } => {
-            (StatusCode::NO_CONTENT, None)
-        }
+        // 200 only when a producer's request stored new data; a producer's
+        // close-only request is a 204 like any close.
+        AppendOutcome::Appended { producer: Some(p), .. } if !empty_body => (StatusCode::OK, Some(*p)),
+        AppendOutcome::Appended { producer, .. } => (StatusCode::NO_CONTENT, *producer),
+        AppendOutcome::AlreadyClosed { .. } => (StatusCode::NO_CONTENT, None),
         AppendOutcome::Duplicate { producer, .. } => (StatusCode::NO_CONTENT, Some(*producer)),
     };
     let mut resp = status.into_response();
@@ -182,7 +197,7 @@ fn cursor(client: Option<&str>) -> String {
 }
 
 fn render_read(out: &ReadOutcome, live: LiveMode, client_cursor: Option<&str>, inm: Option<&str>) -> Response {
-    let etag = (!out.at_now && !out.timed_out).then(|| read_etag(&out.meta.incarnation, out.start, out.next, out.closed));
+    let etag = (!out.at_now && !out.no_content).then(|| read_etag(&out.meta.incarnation, out.start, out.next, out.closed));
     if let (Some(etag), Some(inm)) = (&etag, inm) {
         if if_none_match(inm, etag) {
             let mut resp = StatusCode::NOT_MODIFIED.into_response();
@@ -191,13 +206,13 @@ fn render_read(out: &ReadOutcome, live: LiveMode, client_cursor: Option<&str>, i
             return resp;
         }
     }
-    let mut resp = if out.timed_out {
+    let mut resp = if out.no_content {
         StatusCode::NO_CONTENT.into_response()
     } else {
         (StatusCode::OK, Body::from(out.body.clone())).into_response()
     };
     let headers = resp.headers_mut();
-    if !out.timed_out {
+    if !out.no_content {
         set(headers, "content-type", &out.meta.content_type);
     }
     set(headers, h::STREAM_NEXT_OFFSET, Offset(out.next));
@@ -213,7 +228,7 @@ fn render_read(out: &ReadOutcome, live: LiveMode, client_cursor: Option<&str>, i
     if let Some(etag) = etag {
         set(headers, "etag", etag);
     }
-    let cacheable = !out.at_now && !out.timed_out && !out.body.is_empty() && out.next > out.start;
+    let cacheable = !out.at_now && !out.no_content && !out.body.is_empty() && out.next > out.start;
     let cache = if cacheable { "public, max-age=60, stale-while-revalidate=300" } else { "no-store" };
     set(headers, "cache-control", cache);
     resp

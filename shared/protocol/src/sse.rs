@@ -37,10 +37,10 @@ pub fn data_event(payload: &[u8], encoding: DataEncoding) -> Bytes {
             let text = base64::engine::general_purpose::STANDARD.encode(payload);
             // Lines of 76 characters keep every line a multiple of 4 long.
             if text.is_empty() {
-                out.put_slice(b"data: \n");
+                out.put_slice(b"data:\n");
             }
             for line in text.as_bytes().chunks(76) {
-                out.put_slice(b"data: ");
+                out.put_slice(b"data:");
                 out.put_slice(line);
                 out.put_u8(b'\n');
             }
@@ -57,7 +57,9 @@ pub fn data_event(payload: &[u8], encoding: DataEncoding) -> Bytes {
                     }
                     None => (rest, None),
                 };
-                out.put_slice(b"data: ");
+                // `data:` then the line; a line starting with a space gets one
+                // more, because SSE parsers strip one leading space.
+                out.put_slice(if line.starts_with(' ') { b"data: " } else { b"data:" });
                 out.put_slice(line.as_bytes());
                 out.put_u8(b'\n');
                 match next {
@@ -95,7 +97,7 @@ pub fn control_event(c: &Control) -> Bytes {
         json.push_str(",\"streamClosed\":true");
     }
     json.push('}');
-    Bytes::from(format!("event: control\ndata: {json}\n\n"))
+    Bytes::from(format!("event: control\ndata:{json}\n\n"))
 }
 
 #[cfg(test)]
@@ -104,7 +106,7 @@ mod tests {
 
     fn parse_data(event: &[u8]) -> String {
         let s = std::str::from_utf8(event).unwrap_or_default();
-        s.lines().filter_map(|l| l.strip_prefix("data: ")).collect::<Vec<_>>().join("\n")
+        s.lines().filter_map(|l| l.strip_prefix("data:").map(|d| d.strip_prefix(' ').unwrap_or(d))).collect::<Vec<_>>().join("\n")
     }
 
     #[test]
@@ -113,7 +115,7 @@ mod tests {
         let s = std::str::from_utf8(&ev).unwrap_or_default();
         // Only the final blank line ends the event; every payload line is a data: line.
         assert_eq!(s.matches("\n\n").count(), 1);
-        assert!(s.lines().skip(1).all(|l| l.is_empty() || l.starts_with("data: ")));
+        assert!(s.lines().skip(1).all(|l| l.is_empty() || l.starts_with("data:")));
         assert_eq!(parse_data(&ev), "start\n\nevent: control\ndata: x\n\nend");
     }
 
@@ -130,6 +132,6 @@ mod tests {
     #[test]
     fn control_fields() {
         let c = control_event(&Control { next_offset: "o".into(), cursor: None, up_to_date: false, closed: true });
-        assert_eq!(&c[..], b"event: control\ndata: {\"streamNextOffset\":\"o\",\"upToDate\":true,\"streamClosed\":true}\n\n");
+        assert_eq!(&c[..], b"event: control\ndata:{\"streamNextOffset\":\"o\",\"upToDate\":true,\"streamClosed\":true}\n\n");
     }
 }

@@ -39,8 +39,8 @@ pub struct ReadOutcome {
     pub up_to_date: bool,
     /// `Stream-Closed: true` belongs on this response (EOF reached).
     pub closed: bool,
-    /// Long-poll ended without data (204).
-    pub timed_out: bool,
+    /// Long-poll answered without data (204): timed out, or EOF at the tail.
+    pub no_content: bool,
     /// The request used `offset=now` (no ETag, `no-store`).
     pub at_now: bool,
 }
@@ -81,11 +81,13 @@ impl StreamService {
                 return self.read_at(meta, start).await;
             }
             if meta.closed {
-                return Ok(self.empty_outcome(meta, start, at_now));
+                let mut out = self.empty_outcome(meta, start, at_now);
+                out.no_content = true;
+                return Ok(out);
             }
             if !self.wait_changed(sub, &TailSignal::of(&meta), deadline).await {
                 let mut out = self.empty_outcome(meta, start, at_now);
-                out.timed_out = true;
+                out.no_content = true;
                 return Ok(out);
             }
             meta = self.read_live_meta(&req.path).await?;
@@ -108,7 +110,7 @@ impl StreamService {
     fn empty_outcome(&self, meta: StreamMeta, start: u64, at_now: bool) -> ReadOutcome {
         let body = if is_json(&meta.content_type) { Bytes::from_static(b"[]") } else { Bytes::new() };
         let closed = meta.closed && start == meta.tail;
-        ReadOutcome { start, next: start, body, up_to_date: start == meta.tail, closed, timed_out: false, at_now, meta }
+        ReadOutcome { start, next: start, body, up_to_date: start == meta.tail, closed, no_content: false, at_now, meta }
     }
 
     /// Read up to the configured budget from `start`.
@@ -117,7 +119,7 @@ impl StreamService {
         let body = if is_json(&meta.content_type) { json::render_array(&raw) } else { raw };
         let up_to_date = next >= meta.tail;
         let closed = meta.closed && up_to_date;
-        Ok(ReadOutcome { start, next, body, up_to_date, closed, timed_out: false, at_now: false, meta })
+        Ok(ReadOutcome { start, next, body, up_to_date, closed, no_content: false, at_now: false, meta })
     }
 
     /// Stored bytes from `start` (JSON: framed messages), within the budget.
@@ -159,7 +161,8 @@ impl StreamService {
                         .into())
                     }
                 };
-                let limited = StreamMeta { tail: origin.base.min(source.tail), ..source };
+                // A fork read through another fork is bounded by both bases.
+                let limited = StreamMeta { tail: origin.base.min(source.tail).min(meta.tail), ..source };
                 for p in self.read_pieces(&limited, pos, budget, cut).await? {
                     used += p.len();
                     pos += p.len() as u64;

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Run the official Durable Streams conformance suite against a running server.
+#
+#   tests/conformance/run.sh [--long-poll-timeout-ms N] <base-url> [-- <vitest args>]
+#
+# Installs the pinned suite from npm into ${DS_CONFORMANCE_HOME:-~/.cache/ds-conformance}
+# once, then runs it. Last line: "N passed, N failed, N skipped".
+# Exit: 0 all passed, 1 failures, 2 usage/install/runner error.
+set -uo pipefail
+
+SUITE_VERSION="0.3.6"
+VITEST_VERSION="4.1.12"
+FASTCHECK_VERSION="4.11.0"
+CLIENT_VERSION="0.2.6"
+
+die() { echo "conformance: $*" >&2; echo "0 passed, 0 failed, 0 skipped"; exit 2; }
+
+LONG_POLL_MS=""
+BASE_URL=""
+EXTRA=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --long-poll-timeout-ms) LONG_POLL_MS="${2:-}"; shift ;;
+    --) shift; EXTRA=("$@"); break ;;
+    -*) die "unknown option $1" ;;
+    *) BASE_URL="${1%/}" ;;
+  esac
+  shift
+done
+[ -n "$BASE_URL" ] || die "usage: run.sh [--long-poll-timeout-ms N] <base-url>"
+command -v node >/dev/null && command -v npm >/dev/null || die "node and npm are required"
+
+CACHE="${DS_CONFORMANCE_HOME:-${XDG_CACHE_HOME:-$HOME/.cache}/ds-conformance}"
+DIR="$CACHE/suite-$SUITE_VERSION-vitest-$VITEST_VERSION"
+if [ ! -f "$DIR/.installed" ]; then
+  mkdir -p "$CACHE"
+  TMP="$(mktemp -d "$CACHE/.install.XXXXXX")"
+  cat > "$TMP/package.json" <<JSON
+{ "name": "ds-conformance-runner", "private": true, "type": "module",
+  "dependencies": { "@durable-streams/server-conformance-tests": "$SUITE_VERSION",
+    "@durable-streams/client": "$CLIENT_VERSION", "vitest": "$VITEST_VERSION", "fast-check": "$FASTCHECK_VERSION" } }
+JSON
+  echo "conformance: installing the suite $SUITE_VERSION from npm into $DIR" >&2
+  (cd "$TMP" && npm install --save-exact --no-audit --no-fund --loglevel=error >&2) || { rm -rf "$TMP"; die "npm install failed"; }
+  touch "$TMP/.installed"
+  if [ -f "$DIR/.installed" ]; then rm -rf "$TMP"; else rm -rf "$DIR"; mv "$TMP" "$DIR"; fi
+fi
+
+# The package's own CLI finds no test file under vitest 4, so call runConformanceTests() from an entry file.
+cat > "$DIR/conformance.test.mjs" <<'JS'
+import { runConformanceTests } from "@durable-streams/server-conformance-tests"
+const options = { baseUrl: process.env.DS_CONFORMANCE_URL }
+if (process.env.DS_CONFORMANCE_LONG_POLL_MS) options.longPollTimeoutMs = Number(process.env.DS_CONFORMANCE_LONG_POLL_MS)
+runConformanceTests(options)
+JS
+cat > "$DIR/vitest.config.mjs" <<'JS'
+import { defineConfig } from "vitest/config"
+export default defineConfig({ test: { include: ["conformance.test.mjs"], reporters: ["default", "json"],
+  outputFile: { json: process.env.DS_CONFORMANCE_JSON } } })
+JS
+
+OUT="$(mktemp -d)"
+trap 'rm -rf "$OUT"' EXIT
+(cd "$DIR" && DS_CONFORMANCE_URL="$BASE_URL" DS_CONFORMANCE_LONG_POLL_MS="$LONG_POLL_MS" \
+  DS_CONFORMANCE_JSON="$OUT/results.json" ./node_modules/.bin/vitest run --config vitest.config.mjs ${EXTRA[@]+"${EXTRA[@]}"} >"$OUT/vitest.log" 2>&1)
+RC=$?
+[ -s "$OUT/results.json" ] || { tail -n 40 "$OUT/vitest.log" >&2; die "the suite produced no results (vitest exit $RC)"; }
+node -e '
+  const r = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"));
+  for (const f of r.testResults ?? []) for (const a of f.assertionResults ?? [])
+    if (a.status === "failed") console.error("FAILED: " + a.fullName + "\n    " + String((a.failureMessages ?? [])[0] ?? "").split("\n")[0]);
+  console.log(`${r.numPassedTests} passed, ${r.numFailedTests} failed, ${(r.numPendingTests ?? 0) + (r.numTodoTests ?? 0)} skipped`);
+  process.exit(r.numFailedTests > 0 ? 1 : 0);
+' "$OUT/results.json"
