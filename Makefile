@@ -1,0 +1,32 @@
+# Durable Streams — the two commands a fresh clone needs:
+#   make run    local server on 127.0.0.1:4437 with the embedded durable store (./data)
+#   make test   every test: unit, contract, end-to-end, conformance (memory, local, aws), infra lint
+.PHONY: run test test-rust conformance lint-infra build-lambda bench bench-quick aws-calls fmt clippy
+
+run:
+	cargo run --release -p durable-streams -- serve
+
+test:
+	bash tests/run-all.sh
+
+# Only the Rust tests (the AWS ones need the emulator: `make test` starts it).
+test-rust:
+	cargo test --workspace
+
+lint-infra:
+	bash infra/lint-infra.sh
+
+build-lambda:
+	bash infra/build-lambda.sh
+
+bench:
+	bash bench/bench.sh
+
+bench-quick:
+	bash bench/quick.sh
+
+fmt:
+	cargo fmt --all
+
+clippy:
+	cargo clippy --workspace --all-targets

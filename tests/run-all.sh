@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# `make test`: everything, on a fresh clone. Installs what it needs (the
+# conformance suite from npm, moto from PyPI), starts what it needs (the AWS
+# emulator, our server per store) on 127.0.0.1, and stops what it started by PID.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT="$PWD"
+RUN="$ROOT/target/test-run"
+rm -rf "$RUN" && mkdir -p "$RUN"
+PIDS=()
+cleanup() {
+  for pid in "${PIDS[@]+"${PIDS[@]}"}"; do kill "$pid" 2>/dev/null || true; done
+  [ -f "$RUN/aws-emulator/emulator.pid" ] && bash infra/aws-emulator/stop.sh --dir "$RUN/aws-emulator" >/dev/null 2>&1 || true
+}
+trap cleanup EXIT
+step() { echo; echo "==== $* ($(date +%T))"; }
+
+for tool in cargo node npm python3; do
+  command -v "$tool" >/dev/null || { echo "make test needs $tool on PATH" >&2; exit 2; }
+done
+
+step "build (debug, all targets)"
+cargo build --workspace --all-targets --locked 2>/dev/null || cargo build --workspace --all-targets
+
+step "AWS emulator (moto, pinned, from PyPI) on 127.0.0.1"
+eval "$(bash infra/aws-emulator/start.sh --port 0 --dir "$RUN/aws-emulator")"
+bash infra/aws-emulator/create-resources
+export DS_TEST_REQUIRE_AWS=1
+
+step "cargo test --workspace"
+cargo test --workspace
+
+# Start our server with the given store on a free port; sets URL.
+start_server() {
+  local store="$1"; shift
+  local port
+  port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()')"
+  target/debug/durable-streams serve --store "$store" --long-poll-timeout 500ms --bind "127.0.0.1:$port" "$@" \
+    >"$RUN/server-$store.log" 2>&1 &
+  PIDS+=("$!")
+  URL="http://127.0.0.1:$port"
+  for _ in $(seq 1 100); do
+    curl -fsS "$URL/health" >/dev/null 2>&1 && return 0
+    sleep 0.1
+  done
+  echo "server ($store) did not start; log:" >&2; tail -n 30 "$RUN/server-$store.log" >&2; exit 1
+}
+
+declare -A RESULT
+for store in memory local aws; do
+  step "conformance suite against --store $store"
+  case "$store" in
+    local) start_server local --data-dir "$RUN/data-local" ;;
+    *) start_server "$store" ;;
+  esac
+  out="$(bash tests/conformance/run.sh --long-poll-timeout-ms 500 "$URL" 2>"$RUN/conformance-$store.err")" || {
+    cat "$RUN/conformance-$store.err" >&2; echo "$out"; echo "conformance against --store $store FAILED" >&2; exit 1; }
+  echo "$out"
+  RESULT[$store]="$(echo "$out" | tail -n 1)"
+  kill "${PIDS[-1]}" 2>/dev/null || true
+done
+
+step "infra lint (cfn-lint on template.yaml)"
+bash infra/lint-infra.sh
+
+step "summary"
+for store in memory local aws; do echo "conformance --store $store: ${RESULT[$store]}"; done
+echo "make test: all passed"
