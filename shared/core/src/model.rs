@@ -127,7 +127,11 @@ pub enum Op {
     /// Store a chunk of `(path, incarnation)`. The core guarantees the chunk
     /// starts at the stream's previous tail; the same commit carries the
     /// `PutMeta` that advances the tail past it.
-    PutChunk { path: String, incarnation: String, chunk: Chunk },
+    PutChunk {
+        path: String,
+        incarnation: String,
+        chunk: Chunk,
+    },
     /// Write one producer's state for `(path, incarnation)`.
     PutProducer {
         path: String,
@@ -138,7 +142,11 @@ pub enum Op {
     /// Remove the stream's meta record (if its version matches) and, now or
     /// later, every chunk and producer record of `(path, incarnation)`.
     /// Once committed the path reads as absent.
-    DeleteStream { path: String, incarnation: String, expect_version: u64 },
+    DeleteStream {
+        path: String,
+        incarnation: String,
+        expect_version: u64,
+    },
 }
 
 /// A set of writes applied all-or-nothing: either every precondition holds and

@@ -155,7 +155,12 @@ pub trait HubSubscription: Send {
 /// moved the deadline.
 #[async_trait]
 pub trait ExpiryScheduler: Send + Sync + 'static {
-    async fn schedule_at(&self, path: &str, incarnation: &str, at_ms: i64) -> Result<(), StoreError>;
+    async fn schedule_at(
+        &self,
+        path: &str,
+        incarnation: &str,
+        at_ms: i64,
+    ) -> Result<(), StoreError>;
     async fn cancel(&self, path: &str, incarnation: &str) -> Result<(), StoreError>;
 }
 
@@ -222,7 +227,9 @@ impl ForkPeer for StoreForkPeer {
         until: u64,
         max_bytes: usize,
     ) -> Result<Vec<Chunk>, StoreError> {
-        self.store.read_chunks(path, incarnation, from, until, max_bytes).await
+        self.store
+            .read_chunks(path, incarnation, from, until, max_bytes)
+            .await
     }
 }
 

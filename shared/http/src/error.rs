@@ -3,7 +3,7 @@
 //! Bodies are `{"error":{"code":…,"message":…}}`; clients must not need them
 //! (§5.2): every machine-relevant fact is also a status code or header.
 
-use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use ds_core::{ServiceError, StoreError};
 use ds_protocol::Offset;
@@ -16,12 +16,17 @@ pub struct ApiError {
     pub status: StatusCode,
     pub code: &'static str,
     pub message: String,
-    pub headers: HeaderMap,
+    pub headers: Vec<(&'static str, HeaderValue)>,
 }
 
 impl ApiError {
     pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
-        Self { status, code, message: message.into(), headers: HeaderMap::new() }
+        Self {
+            status,
+            code,
+            message: message.into(),
+            headers: Vec::new(),
+        }
     }
 
     pub fn bad_request(message: impl Into<String>) -> Self {
@@ -29,12 +34,16 @@ impl ApiError {
     }
 
     pub fn payload_too_large(limit: usize) -> Self {
-        Self::new(StatusCode::PAYLOAD_TOO_LARGE, "PAYLOAD_TOO_LARGE", format!("request body exceeds {limit} bytes"))
+        Self::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "PAYLOAD_TOO_LARGE",
+            format!("request body exceeds {limit} bytes"),
+        )
     }
 
     fn header(mut self, name: &'static str, value: impl ToString) -> Self {
         if let Ok(v) = HeaderValue::from_str(&value.to_string()) {
-            self.headers.insert(name, v);
+            self.headers.push((name, v));
         }
         self
     }
@@ -45,30 +54,44 @@ impl From<ServiceError> for ApiError {
         let msg = e.to_string();
         match e {
             ServiceError::Invalid(_) | ServiceError::BadRequest(_) => Self::bad_request(msg),
-            ServiceError::NotFound | ServiceError::Expired(_) => Self::new(StatusCode::NOT_FOUND, "NOT_FOUND", msg),
+            ServiceError::NotFound | ServiceError::Expired(_) => {
+                Self::new(StatusCode::NOT_FOUND, "NOT_FOUND", msg)
+            }
             ServiceError::Gone => Self::new(StatusCode::GONE, "GONE", msg),
             ServiceError::Conflict(_) => Self::new(StatusCode::CONFLICT, "CONFLICT", msg),
-            ServiceError::StreamClosed { tail } => Self::new(StatusCode::CONFLICT, "STREAM_CLOSED", msg)
-                .header(h::STREAM_CLOSED, "true")
-                .header(h::STREAM_NEXT_OFFSET, Offset(tail)),
-            ServiceError::StaleEpoch { current } => {
-                Self::new(StatusCode::FORBIDDEN, "STALE_EPOCH", msg).header(h::PRODUCER_EPOCH, current)
+            ServiceError::StreamClosed { tail } => {
+                Self::new(StatusCode::CONFLICT, "STREAM_CLOSED", msg)
+                    .header(h::STREAM_CLOSED, "true")
+                    .header(h::STREAM_NEXT_OFFSET, Offset(tail))
             }
-            ServiceError::SeqGap { expected, received } => Self::new(StatusCode::CONFLICT, "SEQUENCE_GAP", msg)
-                .header(h::PRODUCER_EXPECTED_SEQ, expected)
-                .header(h::PRODUCER_RECEIVED_SEQ, received),
+            ServiceError::StaleEpoch { current } => {
+                Self::new(StatusCode::FORBIDDEN, "STALE_EPOCH", msg)
+                    .header(h::PRODUCER_EPOCH, current)
+            }
+            ServiceError::SeqGap { expected, received } => {
+                Self::new(StatusCode::CONFLICT, "SEQUENCE_GAP", msg)
+                    .header(h::PRODUCER_EXPECTED_SEQ, expected)
+                    .header(h::PRODUCER_RECEIVED_SEQ, received)
+            }
             ServiceError::Contention => {
-                Self::new(StatusCode::SERVICE_UNAVAILABLE, "CONTENTION", msg).header("retry-after", 1)
+                Self::new(StatusCode::SERVICE_UNAVAILABLE, "CONTENTION", msg)
+                    .header("retry-after", 1)
             }
             ServiceError::Store(StoreError::Unavailable(_)) => {
-                Self::new(StatusCode::SERVICE_UNAVAILABLE, "UNAVAILABLE", msg).header("retry-after", 1)
+                Self::new(StatusCode::SERVICE_UNAVAILABLE, "UNAVAILABLE", msg)
+                    .header("retry-after", 1)
             }
             ServiceError::Store(StoreError::Conflict) => {
-                Self::new(StatusCode::SERVICE_UNAVAILABLE, "CONTENTION", msg).header("retry-after", 1)
+                Self::new(StatusCode::SERVICE_UNAVAILABLE, "CONTENTION", msg)
+                    .header("retry-after", 1)
             }
             ServiceError::Store(StoreError::Backend(_)) => {
                 tracing::error!(error = %msg, "storage failure");
-                Self::new(StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL", "internal storage error")
+                Self::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "INTERNAL",
+                    "internal storage error",
+                )
             }
         }
     }
@@ -82,10 +105,16 @@ impl From<ds_protocol::ProtocolError> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = serde_json::json!({ "error": { "code": self.code, "message": self.message } }).to_string();
+        let body = serde_json::json!({ "error": { "code": self.code, "message": self.message } })
+            .to_string();
         let mut resp = (self.status, body).into_response();
-        resp.headers_mut().insert(http::header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        resp.headers_mut().extend(self.headers);
+        resp.headers_mut().insert(
+            http::header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        for (name, value) in self.headers {
+            resp.headers_mut().insert(name, value);
+        }
         resp
     }
 }

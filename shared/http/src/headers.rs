@@ -22,7 +22,8 @@ pub const PRODUCER_EXPECTED_SEQ: &str = "producer-expected-seq";
 pub const PRODUCER_RECEIVED_SEQ: &str = "producer-received-seq";
 
 /// Response headers browsers may read (CORS `Access-Control-Expose-Headers`).
-pub const EXPOSED: &str = "stream-next-offset, stream-up-to-date, stream-closed, stream-cursor, stream-ttl, \
+pub const EXPOSED: &str =
+    "stream-next-offset, stream-up-to-date, stream-closed, stream-cursor, stream-ttl, \
 stream-expires-at, stream-sse-data-encoding, producer-epoch, producer-seq, producer-expected-seq, \
 producer-received-seq, etag, location, content-type";
 

@@ -28,7 +28,9 @@ impl Offset {
 
     /// Parse a server-minted offset token.
     pub fn parse(token: &str) -> Result<Self, ProtocolError> {
-        let bad = || ProtocolError::InvalidOffset(format!("{token:?} is not an offset this server issued"));
+        let bad = || {
+            ProtocolError::InvalidOffset(format!("{token:?} is not an offset this server issued"))
+        };
         if token.len() != LEN || token.as_bytes()[WIDTH] != b'_' {
             return Err(bad());
         }
@@ -65,7 +67,9 @@ impl ReadOffset {
         match values {
             [] => Ok(None),
             [v] => Self::parse(v).map(Some),
-            _ => Err(ProtocolError::InvalidOffset("offset given more than once".into())),
+            _ => Err(ProtocolError::InvalidOffset(
+                "offset given more than once".into(),
+            )),
         }
     }
 
@@ -103,8 +107,16 @@ mod tests {
 
     #[test]
     fn rejects_malformed() {
-        for bad in ["", "abc", "1,2", "0000000000000000_000000000000000x", " 0000000000000000_0000000000000000",
-                    "0000000000000001_0000000000000000", "-2", "NOW"] {
+        for bad in [
+            "",
+            "abc",
+            "1,2",
+            "0000000000000000_000000000000000x",
+            " 0000000000000000_0000000000000000",
+            "0000000000000001_0000000000000000",
+            "-2",
+            "NOW",
+        ] {
             assert!(ReadOffset::parse(bad).is_err(), "{bad:?}");
         }
         assert_eq!(ReadOffset::parse("-1").unwrap(), ReadOffset::Beginning);

@@ -45,7 +45,9 @@ impl StreamService {
         if let Some(fork) = &req.fork {
             path::validate(&fork.source)?;
             if fork.source == req.path {
-                return Err(ServiceError::BadRequest("a stream cannot fork itself".into()));
+                return Err(ServiceError::BadRequest(
+                    "a stream cannot fork itself".into(),
+                ));
             }
         }
         let outcome = self.mutate(&req.path, || self.plan_create(&req)).await?;
@@ -59,7 +61,9 @@ impl StreamService {
         let now = self.now_ms();
         if let Some(existing) = self.sub.store.read_meta(&req.path).await? {
             if existing.soft_deleted {
-                return Err(ServiceError::Conflict("a deleted stream still referenced by forks holds this path".into()));
+                return Err(ServiceError::Conflict(
+                    "a deleted stream still referenced by forks holds this path".into(),
+                ));
             }
             if !existing.is_expired(now) {
                 return self.confirm_existing(req, existing).await.map(Plan::Done);
@@ -72,7 +76,9 @@ impl StreamService {
         let mut publish = Vec::new();
         let (content_type, lifetime, fork) = match &req.fork {
             None => (
-                req.content_type.clone().unwrap_or_else(|| DEFAULT_CONTENT_TYPE.to_owned()),
+                req.content_type
+                    .clone()
+                    .unwrap_or_else(|| DEFAULT_CONTENT_TYPE.to_owned()),
                 req.lifetime,
                 None,
             ),
@@ -81,14 +87,32 @@ impl StreamService {
                 let mut bumped = source.clone();
                 bumped.ref_count += 1;
                 bumped.version += 1;
-                commit.push(Op::PutMeta { meta: bumped, expect: Expect::Version(source.version) });
-                let source_lifetime = Lifetime { ttl_secs: source.ttl_secs, expires_at_ms: source.expires_at_ms };
-                let origin = ForkOrigin { source: source.path.clone(), source_incarnation: source.incarnation.clone(), base };
-                (source.content_type.clone(), fork_lifetime(source_lifetime, req.lifetime), Some(origin))
+                commit.push(Op::PutMeta {
+                    meta: bumped,
+                    expect: Expect::Version(source.version),
+                });
+                let source_lifetime = Lifetime {
+                    ttl_secs: source.ttl_secs,
+                    expires_at_ms: source.expires_at_ms,
+                };
+                let origin = ForkOrigin {
+                    source: source.path.clone(),
+                    source_incarnation: source.incarnation.clone(),
+                    base,
+                };
+                (
+                    source.content_type.clone(),
+                    fork_lifetime(source_lifetime, req.lifetime),
+                    Some(origin),
+                )
             }
         };
         let data = if is_json(&content_type) {
-            if req.body.is_empty() { Bytes::new() } else { json::frame_messages(&req.body, EmptyArray::Allow)? }
+            if req.body.is_empty() {
+                Bytes::new()
+            } else {
+                json::frame_messages(&req.body, EmptyArray::Allow)?
+            }
         } else {
             req.body.clone()
         };
@@ -110,7 +134,10 @@ impl StreamService {
             ref_count: 0,
             soft_deleted: false,
         };
-        commit.push(Op::PutMeta { meta: meta.clone(), expect: Expect::Absent });
+        commit.push(Op::PutMeta {
+            meta: meta.clone(),
+            expect: Expect::Absent,
+        });
         if !data.is_empty() {
             commit.push(Op::PutChunk {
                 path: meta.path.clone(),
@@ -119,12 +146,28 @@ impl StreamService {
             });
         }
         publish.push(meta.clone());
-        Ok(Plan::Commit { commit, publish, deleted: Vec::new(), value: CreateOutcome { created: true, meta } })
+        Ok(Plan::Commit {
+            commit,
+            publish,
+            deleted: Vec::new(),
+            value: CreateOutcome {
+                created: true,
+                meta,
+            },
+        })
     }
 
     /// PUT on an existing stream: 200 when the configuration matches, else 409.
-    async fn confirm_existing(&self, req: &CreateRequest, existing: StreamMeta) -> ServiceResult<CreateOutcome> {
-        let mismatch = |what: &str| Err(ServiceError::Conflict(format!("stream exists with a different {what}")));
+    async fn confirm_existing(
+        &self,
+        req: &CreateRequest,
+        existing: StreamMeta,
+    ) -> ServiceResult<CreateOutcome> {
+        let mismatch = |what: &str| {
+            Err(ServiceError::Conflict(format!(
+                "stream exists with a different {what}"
+            )))
+        };
         match (&req.fork, &existing.fork) {
             (None, None) => {}
             (Some(f), Some(origin)) => {
@@ -133,7 +176,9 @@ impl StreamService {
                 }
                 if f.offset.is_some() {
                     let (_, base) = self.resolve_fork(req, f).await.or_else(|e| match e {
-                        ServiceError::NotFound | ServiceError::Gone => Ok((existing.clone(), u64::MAX)),
+                        ServiceError::NotFound | ServiceError::Gone => {
+                            Ok((existing.clone(), u64::MAX))
+                        }
                         other => Err(other),
                     })?;
                     if base != origin.base {
@@ -154,7 +199,8 @@ impl StreamService {
         let lifetime_matches = if req.fork.is_some() && req.lifetime == Lifetime::default() {
             true // the fork's lifetime was inherited; an omitted one matches it
         } else {
-            req.lifetime.ttl_secs == existing.ttl_secs && req.lifetime.expires_at_ms == existing.expires_at_ms
+            req.lifetime.ttl_secs == existing.ttl_secs
+                && req.lifetime.expires_at_ms == existing.expires_at_ms
         };
         if !lifetime_matches {
             return mismatch("TTL or expiry");
@@ -162,12 +208,19 @@ impl StreamService {
         if req.closed != existing.closed {
             return mismatch("closure status");
         }
-        Ok(CreateOutcome { created: false, meta: existing })
+        Ok(CreateOutcome {
+            created: false,
+            meta: existing,
+        })
     }
 
     /// Validate a fork request against its source; returns the source's meta
     /// and the fork's base position (fork offset plus the resolved sub-offset).
-    async fn resolve_fork(&self, req: &CreateRequest, f: &ForkRequest) -> ServiceResult<(StreamMeta, u64)> {
+    async fn resolve_fork(
+        &self,
+        req: &CreateRequest,
+        f: &ForkRequest,
+    ) -> ServiceResult<(StreamMeta, u64)> {
         let source = match self.sub.fork_peer.source_meta(&f.source).await? {
             None => return Err(ServiceError::NotFound),
             Some(m) if m.is_expired(self.now_ms()) => return Err(ServiceError::NotFound),
@@ -178,12 +231,16 @@ impl StreamService {
         };
         if let Some(ct) = &req.content_type {
             if !content_types_match(ct, &source.content_type) {
-                return Err(ServiceError::Conflict("content type differs from the fork source's".into()));
+                return Err(ServiceError::Conflict(
+                    "content type differs from the fork source's".into(),
+                ));
             }
         }
         let anchor = f.offset.map_or(source.tail, Offset::position);
         if anchor > source.tail {
-            return Err(ServiceError::BadRequest("Stream-Fork-Offset is beyond the source stream's tail".into()));
+            return Err(ServiceError::BadRequest(
+                "Stream-Fork-Offset is beyond the source stream's tail".into(),
+            ));
         }
         if f.sub_offset == 0 {
             return Ok((source, anchor));
@@ -191,7 +248,9 @@ impl StreamService {
         // The sub-offset counts into the one append that starts at the anchor.
         let pieces = self.read_pieces(&source, anchor, 1, Cut::Never).await?;
         let first = pieces.first().map(|p| p.as_ref()).unwrap_or_default();
-        let overshoot = || ServiceError::BadRequest("Stream-Fork-Sub-Offset is past the next data boundary".into());
+        let overshoot = || {
+            ServiceError::BadRequest("Stream-Fork-Sub-Offset is past the next data boundary".into())
+        };
         let skip = if is_json(&source.content_type) {
             json::prefix_len(first, f.sub_offset).ok_or_else(overshoot)? as u64
         } else if f.sub_offset <= first.len() as u64 {

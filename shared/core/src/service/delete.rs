@@ -36,8 +36,16 @@ impl StreamService {
             let mut soft = meta.clone();
             soft.soft_deleted = true;
             soft.version += 1;
-            commit.push(Op::PutMeta { meta: soft.clone(), expect: Expect::Version(meta.version) });
-            return Ok(Plan::Commit { commit, publish: Vec::new(), deleted: vec![soft], value: () });
+            commit.push(Op::PutMeta {
+                meta: soft.clone(),
+                expect: Expect::Version(meta.version),
+            });
+            return Ok(Plan::Commit {
+                commit,
+                publish: Vec::new(),
+                deleted: vec![soft],
+                value: (),
+            });
         }
         let mut deleted = vec![meta.clone()];
         commit.push(Op::DeleteStream {
@@ -47,8 +55,12 @@ impl StreamService {
         });
         let mut child = meta;
         for _ in 0..MAX_CASCADE {
-            let Some(origin) = child.fork.clone() else { break };
-            let Some(source) = self.sub.store.read_meta(&origin.source).await? else { break };
+            let Some(origin) = child.fork.clone() else {
+                break;
+            };
+            let Some(source) = self.sub.store.read_meta(&origin.source).await? else {
+                break;
+            };
             if source.incarnation != origin.source_incarnation {
                 break;
             }
@@ -64,11 +76,19 @@ impl StreamService {
                 let mut released = source.clone();
                 released.ref_count = released.ref_count.saturating_sub(1);
                 released.version += 1;
-                commit.push(Op::PutMeta { meta: released, expect: Expect::Version(source.version) });
+                commit.push(Op::PutMeta {
+                    meta: released,
+                    expect: Expect::Version(source.version),
+                });
                 break;
             }
         }
-        Ok(Plan::Commit { commit, publish: Vec::new(), deleted, value: () })
+        Ok(Plan::Commit {
+            commit,
+            publish: Vec::new(),
+            deleted,
+            value: (),
+        })
     }
 
     /// Remove an expired stream (best effort: a failure leaves it for the
@@ -84,7 +104,11 @@ impl StreamService {
         let result = self
             .mutate(&path, || async {
                 match self.sub.store.read_meta(&path).await? {
-                    Some(m) if m.incarnation == incarnation && !m.soft_deleted && m.is_expired(self.now_ms()) => {
+                    Some(m)
+                        if m.incarnation == incarnation
+                            && !m.soft_deleted
+                            && m.is_expired(self.now_ms()) =>
+                    {
                         self.plan_delete(m).await
                     }
                     _ => Ok(Plan::Done(())),
@@ -100,7 +124,9 @@ impl StreamService {
     /// it has expired, or re-arm for its (moved) deadline.
     pub async fn run_expiry(&self, path: &str, incarnation: &str) -> ServiceResult<()> {
         let _lease = self.sub.registry.enter(path);
-        let Some(meta) = self.sub.store.read_meta(path).await? else { return Ok(()) };
+        let Some(meta) = self.sub.store.read_meta(path).await? else {
+            return Ok(());
+        };
         if meta.incarnation != incarnation || meta.soft_deleted {
             return Ok(());
         }
@@ -112,4 +138,3 @@ impl StreamService {
         Ok(())
     }
 }
-

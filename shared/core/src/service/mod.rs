@@ -58,7 +58,9 @@ pub struct SystemClock;
 
 impl Clock for SystemClock {
     fn now_ms(&self) -> i64 {
-        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
         i64::try_from(now.as_millis()).unwrap_or(i64::MAX)
     }
 }
@@ -76,14 +78,24 @@ pub struct StreamService {
 /// What a mutation's validate step decided.
 pub(crate) enum Plan<T> {
     /// Commit these writes, then publish the new meta of `publish` paths and return `T`.
-    Commit { commit: Commit, publish: Vec<StreamMeta>, deleted: Vec<StreamMeta>, value: T },
+    Commit {
+        commit: Commit,
+        publish: Vec<StreamMeta>,
+        deleted: Vec<StreamMeta>,
+        value: T,
+    },
     /// Nothing to write; return `T` as is.
     Done(T),
 }
 
 impl StreamService {
     pub fn new(sub: Substrate, cfg: ServiceConfig) -> Self {
-        Self { sub, cfg: Arc::new(cfg), clock: Arc::new(SystemClock), shutdown: Default::default() }
+        Self {
+            sub,
+            cfg: Arc::new(cfg),
+            clock: Arc::new(SystemClock),
+            shutdown: Default::default(),
+        }
     }
 
     pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
@@ -112,7 +124,10 @@ impl StreamService {
 
     /// Feed fired expiry alarms (in-process schedulers) to [`Self::run_expiry`]
     /// until the channel closes.
-    pub async fn run_expiry_loop(&self, mut due: tokio::sync::mpsc::UnboundedReceiver<crate::ExpiryDue>) {
+    pub async fn run_expiry_loop(
+        &self,
+        mut due: tokio::sync::mpsc::UnboundedReceiver<crate::ExpiryDue>,
+    ) {
         while let Some(d) = due.recv().await {
             if let Err(e) = self.run_expiry(&d.path, &d.incarnation).await {
                 tracing::warn!(path = %d.path, error = %e, "expiry run failed");
@@ -127,9 +142,14 @@ impl StreamService {
         let mut armed = 0;
         loop {
             let page = self.sub.store.list_streams(after.as_deref(), 500).await?;
-            let Some(last) = page.last() else { return Ok(armed) };
+            let Some(last) = page.last() else {
+                return Ok(armed);
+            };
             after = Some(last.path.clone());
-            for meta in page.iter().filter(|m| m.expiry_deadline_ms().is_some() && !m.soft_deleted) {
+            for meta in page
+                .iter()
+                .filter(|m| m.expiry_deadline_ms().is_some() && !m.soft_deleted)
+            {
                 self.arm_expiry(meta).await;
                 armed += 1;
             }
@@ -171,17 +191,28 @@ impl StreamService {
             };
             match planned {
                 Plan::Done(value) => return Ok(value),
-                Plan::Commit { commit, publish, deleted, value } => match self.sub.store.commit(commit).await {
+                Plan::Commit {
+                    commit,
+                    publish,
+                    deleted,
+                    value,
+                } => match self.sub.store.commit(commit).await {
                     Ok(()) => {
                         drop(guard);
                         for meta in &publish {
-                            self.sub.hub.publish(&meta.path, crate::TailSignal::of(meta));
+                            self.sub
+                                .hub
+                                .publish(&meta.path, crate::TailSignal::of(meta));
                         }
                         for meta in &deleted {
                             let mut signal = crate::TailSignal::of(meta);
                             signal.deleted = true;
                             self.sub.hub.publish(&meta.path, signal);
-                            let _ = self.sub.scheduler.cancel(&meta.path, &meta.incarnation).await;
+                            let _ = self
+                                .sub
+                                .scheduler
+                                .cancel(&meta.path, &meta.incarnation)
+                                .await;
                         }
                         return Ok(value);
                     }
@@ -205,7 +236,9 @@ impl StreamService {
         match self.sub.store.read_meta(path).await? {
             None => Err(ServiceError::NotFound),
             Some(meta) if meta.soft_deleted => Err(ServiceError::Gone),
-            Some(meta) if meta.is_expired(self.now_ms()) => Err(ServiceError::Expired(Box::new(meta))),
+            Some(meta) if meta.is_expired(self.now_ms()) => {
+                Err(ServiceError::Expired(Box::new(meta)))
+            }
             Some(meta) => Ok(meta),
         }
     }
@@ -225,7 +258,12 @@ impl StreamService {
     /// Reset the sliding TTL on a read (writes reset it in their commit).
     pub(crate) async fn touch(&self, meta: &StreamMeta) {
         if meta.ttl_secs.is_some() && meta.expires_at_ms.is_none() {
-            if let Err(e) = self.sub.store.touch(&meta.path, &meta.incarnation, self.now_ms()).await {
+            if let Err(e) = self
+                .sub
+                .store
+                .touch(&meta.path, &meta.incarnation, self.now_ms())
+                .await
+            {
                 tracing::warn!(path = %meta.path, error = %e, "could not record access for TTL");
             }
         }
@@ -234,7 +272,12 @@ impl StreamService {
     /// Arm the expiry alarm for a stream that has a deadline.
     pub(crate) async fn arm_expiry(&self, meta: &StreamMeta) {
         if let Some(at) = meta.expiry_deadline_ms() {
-            if let Err(e) = self.sub.scheduler.schedule_at(&meta.path, &meta.incarnation, at).await {
+            if let Err(e) = self
+                .sub
+                .scheduler
+                .schedule_at(&meta.path, &meta.incarnation, at)
+                .await
+            {
                 // Expiry is enforced lazily on access; the alarm only bounds cleanup.
                 tracing::warn!(path = %meta.path, error = %e, "could not arm expiry alarm");
             }
