@@ -78,6 +78,31 @@ pub trait StreamStore: Send + Sync + 'static {
         max_bytes: usize,
     ) -> Result<Vec<Chunk>, StoreError>;
 
+    /// The meta record for *planning a mutation*. A substrate may serve it
+    /// from a per-process cache (AWS: a warm append then costs one DynamoDB
+    /// call, the commit), because the core only trusts such a read when the
+    /// commit built from it succeeds: the commit's `Expect::Version` fails on
+    /// a stale cache, and every outcome that writes nothing (a duplicate, an
+    /// error) is re-planned with [`Self::read_meta`] before it is answered.
+    /// A substrate that caches must refresh or drop its cached entry when a
+    /// commit for that path fails with [`StoreError::Conflict`].
+    async fn read_meta_for_update(&self, path: &str) -> Result<Option<StreamMeta>, StoreError> {
+        self.read_meta(path).await
+    }
+
+    /// A producer's state for *planning a mutation*; same caching rules as
+    /// [`Self::read_meta_for_update`]. Every producer write bumps the meta
+    /// version in the same commit, so the meta precondition also catches a
+    /// stale cached producer state.
+    async fn read_producer_for_update(
+        &self,
+        path: &str,
+        incarnation: &str,
+        producer_id: &str,
+    ) -> Result<Option<ProducerState>, StoreError> {
+        self.read_producer(path, incarnation, producer_id).await
+    }
+
     /// One producer's state for `(path, incarnation)`.
     async fn read_producer(
         &self,

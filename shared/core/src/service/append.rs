@@ -6,7 +6,7 @@ use ds_protocol::headers::{content_types_match, is_json, ProducerHeaders};
 use ds_protocol::json::{self, EmptyArray};
 use ds_protocol::producer::{decide, Decision, State};
 
-use super::{Plan, ServiceError, ServiceResult, StreamService};
+use super::{Plan, Reads, ServiceError, ServiceResult, StreamService};
 use crate::{Chunk, Commit, Expect, Op, ProducerState, ProducerTriple, StreamMeta};
 
 #[derive(Debug, Clone)]
@@ -52,25 +52,38 @@ impl StreamService {
             ));
         }
         let _lease = self.sub.registry.enter(&req.path);
-        self.mutate(&req.path, || self.plan_append(&req)).await
+        self.mutate(&req.path, |reads| self.plan_append(&req, reads))
+            .await
     }
 
-    async fn plan_append(&self, req: &AppendRequest) -> ServiceResult<Plan<AppendOutcome>> {
-        let meta = self.live_meta(&req.path).await?;
+    async fn plan_append(
+        &self,
+        req: &AppendRequest,
+        reads: Reads,
+    ) -> ServiceResult<Plan<AppendOutcome>> {
+        let meta = self.live_meta(&req.path, reads).await?;
 
         // Producer fencing and dedup come first: a zombie learns it is fenced
         // and a retry learns it succeeded, whatever else changed since.
         let mut accepted = None;
         if let Some(p) = &req.producer {
-            let state = self
-                .sub
-                .store
-                .read_producer(&meta.path, &meta.incarnation, &p.id)
-                .await?
-                .map(|s| State {
-                    epoch: s.epoch,
-                    last_seq: s.last_seq,
-                });
+            let store = &self.sub.store;
+            let state = match reads {
+                Reads::MayCache => {
+                    store
+                        .read_producer_for_update(&meta.path, &meta.incarnation, &p.id)
+                        .await?
+                }
+                Reads::Consistent => {
+                    store
+                        .read_producer(&meta.path, &meta.incarnation, &p.id)
+                        .await?
+                }
+            }
+            .map(|s| State {
+                epoch: s.epoch,
+                last_seq: s.last_seq,
+            });
             match decide(state, p) {
                 Decision::StaleEpoch { current } => {
                     return Err(ServiceError::StaleEpoch { current })

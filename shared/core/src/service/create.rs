@@ -50,7 +50,7 @@ impl StreamService {
                 ));
             }
         }
-        let outcome = self.mutate(&req.path, || self.plan_create(&req)).await?;
+        let outcome = self.mutate(&req.path, |_| self.plan_create(&req)).await?;
         if outcome.created {
             self.arm_expiry(&outcome.meta).await;
         }

@@ -20,8 +20,8 @@ impl StreamService {
     pub async fn delete(&self, path: &str) -> ServiceResult<()> {
         ds_protocol::path::validate(path)?;
         let _lease = self.sub.registry.enter(path);
-        self.mutate(path, || async {
-            let meta = self.live_meta(path).await?;
+        self.mutate(path, |reads| async move {
+            let meta = self.live_meta(path, reads).await?;
             self.plan_delete(meta).await
         })
         .await
@@ -102,7 +102,7 @@ impl StreamService {
         let path = meta.path.clone();
         let incarnation = meta.incarnation.clone();
         let result = self
-            .mutate(&path, || async {
+            .mutate(&path, |_| async {
                 match self.sub.store.read_meta(&path).await? {
                     Some(m)
                         if m.incarnation == incarnation

@@ -75,6 +75,13 @@ pub struct StreamService {
     shutdown: tokio_util::sync::CancellationToken,
 }
 
+/// How a mutation plan reads the store (see [`StreamService::mutate`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Reads {
+    MayCache,
+    Consistent,
+}
+
 /// What a mutation's validate step decided.
 pub(crate) enum Plan<T> {
     /// Commit these writes, then publish the new meta of `publish` paths and return `T`.
@@ -172,16 +179,27 @@ impl StreamService {
     /// validates, the resulting commit is applied, and waiters are woken. A
     /// commit that loses a race ([`StoreError::Conflict`]) is re-planned from
     /// a fresh read, with jittered backoff, up to the configured attempts.
+    ///
+    /// `plan` gets a [`Reads`] mode: the first attempt may use the
+    /// substrate's cached reads; any outcome that commits nothing (`Done` or
+    /// an error) is re-planned with consistent reads before it is answered,
+    /// because only a commit's precondition can vouch for a cached read.
     pub(crate) async fn mutate<T, F, Fut>(&self, path: &str, mut plan: F) -> ServiceResult<T>
     where
-        F: FnMut() -> Fut,
+        F: FnMut(Reads) -> Fut,
         Fut: std::future::Future<Output = ServiceResult<Plan<T>>>,
     {
         let mut attempt = 0u32;
         loop {
             attempt += 1;
             let guard = self.sub.mutex.lock(path).await;
-            let planned = match plan().await {
+            let first = plan(Reads::MayCache).await;
+            let planned = if matches!(first, Ok(Plan::Commit { .. })) {
+                first
+            } else {
+                plan(Reads::Consistent).await
+            };
+            let planned = match planned {
                 Err(ServiceError::Expired(meta)) if attempt < self.cfg.max_commit_attempts => {
                     drop(guard);
                     self.expire(&meta).await;
@@ -232,8 +250,12 @@ impl StreamService {
 
     /// The live meta of `path`: absent → `NotFound`; soft-deleted → `Gone`;
     /// expired → `Expired` (a mutation re-plans after removing it).
-    pub(crate) async fn live_meta(&self, path: &str) -> ServiceResult<StreamMeta> {
-        match self.sub.store.read_meta(path).await? {
+    pub(crate) async fn live_meta(&self, path: &str, reads: Reads) -> ServiceResult<StreamMeta> {
+        let meta = match reads {
+            Reads::MayCache => self.sub.store.read_meta_for_update(path).await?,
+            Reads::Consistent => self.sub.store.read_meta(path).await?,
+        };
+        match meta {
             None => Err(ServiceError::NotFound),
             Some(meta) if meta.soft_deleted => Err(ServiceError::Gone),
             Some(meta) if meta.is_expired(self.now_ms()) => {
@@ -246,7 +268,7 @@ impl StreamService {
     /// [`Self::live_meta`] for reads (outside any lock): an expired stream is
     /// removed on the spot and reads as `NotFound`.
     pub(crate) async fn read_live_meta(&self, path: &str) -> ServiceResult<StreamMeta> {
-        match self.live_meta(path).await {
+        match self.live_meta(path, Reads::Consistent).await {
             Err(ServiceError::Expired(meta)) => {
                 self.expire(&meta).await;
                 Err(ServiceError::NotFound)
