@@ -8,6 +8,8 @@
 //!   HEAD, delete, expiry) written once over the traits.
 //! - `contract` (feature `test-util`): the substrate contract-test suite.
 
+#[cfg(feature = "test-util")]
+pub mod contract;
 pub mod model;
 pub mod service;
 pub mod substrate;

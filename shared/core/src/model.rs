@@ -115,7 +115,11 @@ impl Chunk {
 pub enum Expect {
     /// No meta record exists at the path.
     Absent,
-    /// The stored record has exactly this `version`.
+    /// The stored record has exactly this `version` **and** the incarnation
+    /// of the meta being written (for `PutMeta`) or named (for
+    /// `DeleteStream`). The incarnation check matters across processes that
+    /// share no lock: a writer still holding a deleted stream's meta must not
+    /// overwrite a re-created stream that happens to reach the same version.
     Version(u64),
 }
 
@@ -151,7 +155,8 @@ pub enum Op {
 
 /// A set of writes applied all-or-nothing: either every precondition holds and
 /// every op is applied, or nothing changes and the commit fails with
-/// [`crate::StoreError::Conflict`].
+/// [`crate::StoreError::Conflict`]. The core never puts two ops on the same
+/// stream's meta in one commit (DynamoDB transactions forbid it).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Commit {
     pub ops: Vec<Op>,

@@ -1,0 +1,202 @@
+//! [`LocalStore`]: the durable [`StreamStore`] over one redb file.
+//!
+//! Writes go through the group-commit writer thread ([`crate::writer`]);
+//! reads open their own MVCC read transactions on the blocking pool, so they
+//! run concurrently with each other and with the writer and observe every
+//! commit acknowledged before they started.
+
+use std::path::Path;
+use std::sync::mpsc::{channel, Sender};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use async_trait::async_trait;
+use ds_core::{Chunk, Commit, ProducerState, StoreError, StreamMeta, StreamStore};
+use redb::{Database, ReadTransaction, ReadableDatabase};
+use tokio::sync::oneshot;
+
+use crate::error::{storage, OpenError};
+use crate::tables::{self, CHUNKS, META, PRODUCERS};
+use crate::touch::TouchOverlay;
+use crate::writer::{self, Counters, Job, WriterStats};
+
+/// File name of the database inside the store directory.
+pub const DB_FILE: &str = "streams.redb";
+
+/// Durable [`StreamStore`]: when `commit` returns `Ok`, the commit is on disk
+/// (fsync'd). Opening recovers from a crash (redb verifies its checksums and
+/// rolls back to the last durable commit). One process may open a directory
+/// at a time.
+///
+/// Dropping the store stops the writer thread and waits for it (at most the
+/// batch in flight), so the directory can be reopened right after.
+pub struct LocalStore {
+    db: Arc<Database>,
+    touches: Arc<TouchOverlay>,
+    counters: Arc<Counters>,
+    jobs: Option<Sender<Job>>,
+    writer: Option<JoinHandle<()>>,
+}
+
+impl LocalStore {
+    /// Open (creating if needed) the store in `dir`.
+    pub fn open(dir: &Path) -> Result<Self, OpenError> {
+        std::fs::create_dir_all(dir).map_err(|source| OpenError::CreateDir {
+            dir: dir.to_owned(),
+            source,
+        })?;
+        let db = Database::create(dir.join(DB_FILE)).map_err(redb::Error::from)?;
+        // Create the tables once so read transactions can always open them.
+        let txn = db.begin_write().map_err(redb::Error::from)?;
+        {
+            txn.open_table(META).map_err(redb::Error::from)?;
+            txn.open_table(CHUNKS).map_err(redb::Error::from)?;
+            txn.open_table(PRODUCERS).map_err(redb::Error::from)?;
+        }
+        txn.commit().map_err(redb::Error::from)?;
+
+        let db = Arc::new(db);
+        let touches = Arc::new(TouchOverlay::default());
+        let counters = Arc::new(Counters::default());
+        let (tx, rx) = channel();
+        let writer = {
+            let (db, touches, counters) =
+                (Arc::clone(&db), Arc::clone(&touches), Arc::clone(&counters));
+            std::thread::Builder::new()
+                .name("ds-store-local-writer".into())
+                .spawn(move || writer::run(db, rx, touches, counters))
+                .map_err(OpenError::Writer)?
+        };
+        Ok(Self {
+            db,
+            touches,
+            counters,
+            jobs: Some(tx),
+            writer: Some(writer),
+        })
+    }
+
+    /// What the writer has done so far (commits answered, fsyncs made).
+    pub fn stats(&self) -> WriterStats {
+        self.counters.snapshot()
+    }
+
+    /// Run `read` in a fresh read transaction on the blocking pool.
+    async fn read<T, F>(&self, read: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&ReadTransaction) -> Result<T, StoreError> + Send + 'static,
+    {
+        let db = Arc::clone(&self.db);
+        tokio::task::spawn_blocking(move || read(&db.begin_read().map_err(storage)?))
+            .await
+            .map_err(|e| StoreError::Backend(format!("local store read task failed: {e}")))?
+    }
+}
+
+impl Drop for LocalStore {
+    fn drop(&mut self) {
+        // Closing the channel tells the writer to finish its batch, flush the
+        // touches and exit; joining releases the database file.
+        drop(self.jobs.take());
+        if let Some(writer) = self.writer.take() {
+            if writer.join().is_err() {
+                tracing::error!("local store writer thread panicked");
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl StreamStore for LocalStore {
+    async fn read_meta(&self, path: &str) -> Result<Option<StreamMeta>, StoreError> {
+        // Overlay first, then the read transaction (see `touch` module docs).
+        let touch = self.touches.get(path);
+        let owned = path.to_owned();
+        let mut meta = self
+            .read(move |txn| tables::get_meta(&txn.open_table(META).map_err(storage)?, &owned))
+            .await?;
+        if let (Some(meta), Some(touch)) = (meta.as_mut(), touch) {
+            touch.apply_to(meta);
+        }
+        Ok(meta)
+    }
+
+    async fn read_chunks(
+        &self,
+        path: &str,
+        incarnation: &str,
+        from: u64,
+        until: u64,
+        max_bytes: usize,
+    ) -> Result<Vec<Chunk>, StoreError> {
+        let (path, incarnation) = (path.to_owned(), incarnation.to_owned());
+        self.read(move |txn| {
+            let table = txn.open_table(CHUNKS).map_err(storage)?;
+            tables::read_chunks(&table, &path, &incarnation, from, until, max_bytes)
+        })
+        .await
+    }
+
+    async fn read_producer(
+        &self,
+        path: &str,
+        incarnation: &str,
+        producer_id: &str,
+    ) -> Result<Option<ProducerState>, StoreError> {
+        let key = (
+            path.to_owned(),
+            incarnation.to_owned(),
+            producer_id.to_owned(),
+        );
+        self.read(move |txn| {
+            let table = txn.open_table(PRODUCERS).map_err(storage)?;
+            tables::get_producer(&table, &key.0, &key.1, &key.2)
+        })
+        .await
+    }
+
+    async fn commit(&self, commit: Commit) -> Result<(), StoreError> {
+        let (ack, outcome) = oneshot::channel();
+        let jobs = self
+            .jobs
+            .as_ref()
+            .ok_or_else(|| StoreError::Unavailable("local store is closing".into()))?;
+        jobs.send(Job { commit, ack })
+            .map_err(|_| StoreError::Unavailable("local store writer has stopped".into()))?;
+        outcome.await.map_err(|_| {
+            StoreError::Backend(
+                "local store writer stopped before acknowledging (outcome unknown)".into(),
+            )
+        })?
+    }
+
+    async fn touch(&self, path: &str, incarnation: &str, at_ms: i64) -> Result<(), StoreError> {
+        self.touches.record(path, incarnation, at_ms);
+        Ok(())
+    }
+
+    async fn list_streams(
+        &self,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<StreamMeta>, StoreError> {
+        let touches = self.touches.all();
+        let after = after.map(str::to_owned);
+        let mut metas = self
+            .read(move |txn| {
+                tables::list_metas(
+                    &txn.open_table(META).map_err(storage)?,
+                    after.as_deref(),
+                    limit,
+                )
+            })
+            .await?;
+        for meta in &mut metas {
+            if let Some(touch) = touches.get(&meta.path) {
+                touch.apply_to(meta);
+            }
+        }
+        Ok(metas)
+    }
+}

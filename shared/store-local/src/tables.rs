@@ -1,0 +1,257 @@
+//! The redb schema and the table operations shared by readers and the writer.
+//!
+//! - `meta`: path → encoded [`StreamMeta`] (see [`crate::codec`]).
+//! - `chunks`: (path, incarnation, start) → bytes. Tuple keys sort by path,
+//!   then incarnation, then start, so one stream incarnation's chunks are a
+//!   contiguous key range in position order.
+//! - `producers`: (path, incarnation, producer id) → (epoch, last_seq).
+
+use std::ops::Bound;
+
+use bytes::Bytes;
+use ds_core::{Chunk, Commit, Op, ProducerState, StoreError, StreamMeta};
+use ds_store_memory::precheck::StateView;
+use redb::{ReadableTable, Table, TableDefinition, WriteTransaction};
+
+use crate::codec::{decode_meta, encode_meta};
+use crate::error::storage;
+
+pub(crate) type ChunkKey = (&'static str, &'static str, u64);
+pub(crate) type ProducerKey = (&'static str, &'static str, &'static str);
+
+pub(crate) const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
+pub(crate) const CHUNKS: TableDefinition<ChunkKey, &[u8]> = TableDefinition::new("chunks");
+pub(crate) const PRODUCERS: TableDefinition<ProducerKey, (u64, u64)> =
+    TableDefinition::new("producers");
+
+pub(crate) fn get_meta(
+    table: &impl ReadableTable<&'static str, &'static [u8]>,
+    path: &str,
+) -> Result<Option<StreamMeta>, StoreError> {
+    match table.get(path).map_err(storage)? {
+        Some(bytes) => decode_meta(path, bytes.value()).map(Some),
+        None => Ok(None),
+    }
+}
+
+/// Start and length of the stored chunk containing `pos`, if any.
+fn chunk_containing(
+    table: &impl ReadableTable<ChunkKey, &'static [u8]>,
+    path: &str,
+    incarnation: &str,
+    pos: u64,
+) -> Result<Option<(u64, u64)>, StoreError> {
+    let mut before = table
+        .range((path, incarnation, 0)..=(path, incarnation, pos))
+        .map_err(storage)?;
+    match before.next_back() {
+        Some(entry) => {
+            let (key, value) = entry.map_err(storage)?;
+            let (start, len) = (key.value().2, value.value().len() as u64);
+            Ok((start + len > pos).then_some((start, len)))
+        }
+        None => Ok(None),
+    }
+}
+
+/// [`ds_core::StreamStore::read_chunks`] over any (read or write) table.
+pub(crate) fn read_chunks(
+    table: &impl ReadableTable<ChunkKey, &'static [u8]>,
+    path: &str,
+    incarnation: &str,
+    from: u64,
+    until: u64,
+    max_bytes: usize,
+) -> Result<Vec<Chunk>, StoreError> {
+    if from >= until {
+        return Ok(Vec::new());
+    }
+    // Begin at the chunk containing `from` (returned whole), else at `from`.
+    let first = chunk_containing(table, path, incarnation, from)?.map_or(from, |(start, _)| start);
+    let range = table
+        .range((path, incarnation, first)..(path, incarnation, until))
+        .map_err(storage)?;
+    let mut out: Vec<Chunk> = Vec::new();
+    let mut total = 0usize;
+    for entry in range {
+        if !out.is_empty() && total >= max_bytes {
+            break;
+        }
+        let (key, value) = entry.map_err(storage)?;
+        let data = Bytes::copy_from_slice(value.value());
+        total = total.saturating_add(data.len());
+        out.push(Chunk {
+            start: key.value().2,
+            data,
+        });
+    }
+    Ok(out)
+}
+
+pub(crate) fn get_producer(
+    table: &impl ReadableTable<ProducerKey, (u64, u64)>,
+    path: &str,
+    incarnation: &str,
+    producer_id: &str,
+) -> Result<Option<ProducerState>, StoreError> {
+    let found = table
+        .get((path, incarnation, producer_id))
+        .map_err(storage)?;
+    Ok(found.map(|v| {
+        let (epoch, last_seq) = v.value();
+        ProducerState { epoch, last_seq }
+    }))
+}
+
+/// Metas in path order strictly after `after`, at most `limit`.
+pub(crate) fn list_metas(
+    table: &impl ReadableTable<&'static str, &'static [u8]>,
+    after: Option<&str>,
+    limit: usize,
+) -> Result<Vec<StreamMeta>, StoreError> {
+    let lower = after.map_or(Bound::Unbounded, Bound::Excluded);
+    let range = table
+        .range::<&str>((lower, Bound::Unbounded))
+        .map_err(storage)?;
+    let mut out = Vec::new();
+    for entry in range.take(limit) {
+        let (key, value) = entry.map_err(storage)?;
+        out.push(decode_meta(key.value(), value.value())?);
+    }
+    Ok(out)
+}
+
+/// The three tables opened inside the writer's transaction. Reads through it
+/// see the writes of earlier commits of the same batch.
+pub(crate) struct WriteTables<'txn> {
+    meta: Table<'txn, &'static str, &'static [u8]>,
+    chunks: Table<'txn, ChunkKey, &'static [u8]>,
+    producers: Table<'txn, ProducerKey, (u64, u64)>,
+}
+
+impl<'txn> WriteTables<'txn> {
+    pub(crate) fn open(txn: &'txn WriteTransaction) -> Result<Self, StoreError> {
+        Ok(Self {
+            meta: txn.open_table(META).map_err(storage)?,
+            chunks: txn.open_table(CHUNKS).map_err(storage)?,
+            producers: txn.open_table(PRODUCERS).map_err(storage)?,
+        })
+    }
+
+    /// Apply every op of a commit whose preconditions were checked. An error
+    /// leaves the transaction half-applied: the caller must abort it.
+    pub(crate) fn apply(&mut self, commit: &Commit) -> Result<(), StoreError> {
+        for op in &commit.ops {
+            match op {
+                Op::PutMeta { meta, .. } => {
+                    self.meta
+                        .insert(meta.path.as_str(), encode_meta(meta)?.as_slice())
+                        .map_err(storage)?;
+                }
+                // Empty chunks hold no bytes and would shadow a real chunk at
+                // the same start, so they are not stored.
+                Op::PutChunk { chunk, .. } if chunk.data.is_empty() => {}
+                Op::PutChunk {
+                    path,
+                    incarnation,
+                    chunk,
+                } => {
+                    let key = (path.as_str(), incarnation.as_str(), chunk.start);
+                    self.chunks
+                        .insert(key, chunk.data.as_ref())
+                        .map_err(storage)?;
+                }
+                Op::PutProducer {
+                    path,
+                    incarnation,
+                    producer_id,
+                    state,
+                } => {
+                    let key = (path.as_str(), incarnation.as_str(), producer_id.as_str());
+                    self.producers
+                        .insert(key, (state.epoch, state.last_seq))
+                        .map_err(storage)?;
+                }
+                Op::DeleteStream {
+                    path, incarnation, ..
+                } => self.delete_stream(path, incarnation)?,
+            }
+        }
+        Ok(())
+    }
+
+    fn delete_stream(&mut self, path: &str, incarnation: &str) -> Result<(), StoreError> {
+        self.meta.remove(path).map_err(storage)?;
+        self.chunks
+            .retain_in(
+                (path, incarnation, 0)..=(path, incarnation, u64::MAX),
+                |_, _| false,
+            )
+            .map_err(storage)?;
+        // Producer ids have no upper bound key: collect this incarnation's ids
+        // (a handful per stream), then remove them.
+        let mut ids = Vec::new();
+        for entry in self
+            .producers
+            .range((path, incarnation, "")..)
+            .map_err(storage)?
+        {
+            let (key, _) = entry.map_err(storage)?;
+            let (p, i, id) = key.value();
+            if p != path || i != incarnation {
+                break;
+            }
+            ids.push(id.to_owned());
+        }
+        for id in ids {
+            self.producers
+                .remove((path, incarnation, id.as_str()))
+                .map_err(storage)?;
+        }
+        Ok(())
+    }
+
+    /// Raise the stored `touched_at_ms` of `(path, incarnation)` to `at_ms`
+    /// without a version bump. Returns whether anything was written.
+    pub(crate) fn apply_touch(
+        &mut self,
+        path: &str,
+        incarnation: &str,
+        at_ms: i64,
+    ) -> Result<bool, StoreError> {
+        let Some(mut meta) = get_meta(&self.meta, path)? else {
+            return Ok(false);
+        };
+        if meta.incarnation != incarnation || meta.touched_at_ms >= at_ms {
+            return Ok(false);
+        }
+        meta.touched_at_ms = at_ms;
+        self.meta
+            .insert(path, encode_meta(&meta)?.as_slice())
+            .map_err(storage)?;
+        Ok(true)
+    }
+}
+
+impl StateView for WriteTables<'_> {
+    fn meta_version(&self, path: &str) -> Result<Option<(u64, String)>, StoreError> {
+        Ok(get_meta(&self.meta, path)?.map(|m| (m.version, m.incarnation)))
+    }
+
+    fn chunk_overlaps(
+        &self,
+        path: &str,
+        incarnation: &str,
+        start: u64,
+        end: u64,
+    ) -> Result<bool, StoreError> {
+        if chunk_containing(&self.chunks, path, incarnation, start)?.is_some() {
+            return Ok(true);
+        }
+        let mut inside = self
+            .chunks
+            .range((path, incarnation, start)..(path, incarnation, end))
+            .map_err(storage)?;
+        Ok(inside.next().is_some())
+    }
+}

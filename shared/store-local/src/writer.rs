@@ -1,0 +1,202 @@
+//! The single writer thread and its group commit.
+//!
+//! Every commit goes through one OS thread that owns all write transactions.
+//! It blocks for the first pending commit, then drains whatever else queued up
+//! meanwhile (bounded by [`MAX_BATCH_COMMITS`] / [`MAX_BATCH_BYTES`]) and runs
+//! the whole batch in ONE redb write transaction with one fsync:
+//! 1. each commit's preconditions are checked, in arrival order, against the
+//!    transaction's state (so they see the earlier commits of the batch);
+//! 2. commits that hold are applied, the others are answered `Conflict` and
+//!    write nothing — a failed commit never affects its neighbours;
+//! 3. the transaction commits durably (`Durability::Immediate`), and only then
+//!    is each commit acknowledged.
+//!
+//! So while one batch syncs, the next one accumulates: with N concurrent
+//! writers a sync is shared by up to N commits. If applying or syncing fails,
+//! the whole transaction is dropped and every commit of the batch gets the
+//! error (nothing of the batch is acknowledged as written).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ds_core::{Commit, Op, StoreError};
+use ds_store_memory::precheck::check_commit;
+use redb::{Database, Durability};
+use tokio::sync::oneshot;
+
+use crate::error::{replicate, storage};
+use crate::tables::WriteTables;
+use crate::touch::{Touch, TouchOverlay};
+
+/// Most commits in one transaction (bounds the latency a batch adds).
+pub(crate) const MAX_BATCH_COMMITS: usize = 1024;
+/// Most chunk bytes in one transaction.
+pub(crate) const MAX_BATCH_BYTES: usize = 32 << 20;
+/// How often pending touches are written to disk.
+pub(crate) const FLUSH_EVERY: Duration = Duration::from_secs(1);
+
+/// Counters of the writer's work, for tests and metrics.
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    /// Commits answered (applied or refused).
+    pub commits: AtomicU64,
+    /// Durable transactions committed (one fsync each).
+    pub syncs: AtomicU64,
+}
+
+/// A snapshot of the writer's counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WriterStats {
+    /// Commits answered (applied or refused with `Conflict`).
+    pub commits: u64,
+    /// Durable transactions committed, each with one fsync. Under concurrency
+    /// this is well below `commits`: that is the group commit.
+    pub syncs: u64,
+}
+
+impl Counters {
+    pub(crate) fn snapshot(&self) -> WriterStats {
+        WriterStats {
+            commits: self.commits.load(Ordering::Relaxed),
+            syncs: self.syncs.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// One commit waiting for the writer, and where to send its outcome.
+pub(crate) struct Job {
+    pub commit: Commit,
+    pub ack: oneshot::Sender<Result<(), StoreError>>,
+}
+
+fn chunk_bytes(commit: &Commit) -> usize {
+    commit
+        .ops
+        .iter()
+        .map(|op| match op {
+            Op::PutChunk { chunk, .. } => chunk.data.len(),
+            _ => 0,
+        })
+        .sum()
+}
+
+/// The writer thread body: runs until every sender is gone, then flushes the
+/// pending touches and returns (dropping its handle on the database).
+pub(crate) fn run(
+    db: Arc<Database>,
+    jobs: Receiver<Job>,
+    touches: Arc<TouchOverlay>,
+    counters: Arc<Counters>,
+) {
+    let mut last_flush = Instant::now();
+    loop {
+        let first = match jobs.recv_timeout(FLUSH_EVERY) {
+            Ok(job) => job,
+            Err(RecvTimeoutError::Timeout) => {
+                if !touches.is_empty() {
+                    write_batch(&db, Vec::new(), Some(&touches), &counters);
+                    last_flush = Instant::now();
+                }
+                continue;
+            }
+            Err(RecvTimeoutError::Disconnected) => break,
+        };
+        let mut bytes = chunk_bytes(&first.commit);
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH_COMMITS && bytes < MAX_BATCH_BYTES {
+            match jobs.try_recv() {
+                Ok(job) => {
+                    bytes += chunk_bytes(&job.commit);
+                    batch.push(job);
+                }
+                Err(_) => break,
+            }
+        }
+        // Touches ride along with a batch once per interval: no extra sync.
+        let flush = last_flush.elapsed() >= FLUSH_EVERY;
+        if flush {
+            last_flush = Instant::now();
+        }
+        let commits = batch.iter().map(|j| &j.commit).collect();
+        let outcomes = write_batch(&db, commits, flush.then_some(&*touches), &counters);
+        for (job, outcome) in batch.into_iter().zip(outcomes) {
+            // The committer may have given up waiting; the outcome stands anyway.
+            let _ = job.ack.send(outcome);
+        }
+    }
+    if !touches.is_empty() {
+        write_batch(&db, Vec::new(), Some(&touches), &counters);
+    }
+}
+
+/// Run `commits` (and, if given, the pending touches) in one durable
+/// transaction. Returns one outcome per commit, in order.
+fn write_batch(
+    db: &Database,
+    commits: Vec<&Commit>,
+    touches: Option<&TouchOverlay>,
+    counters: &Counters,
+) -> Vec<Result<(), StoreError>> {
+    let flushed = touches.map(TouchOverlay::snapshot).unwrap_or_default();
+    counters
+        .commits
+        .fetch_add(commits.len() as u64, Ordering::Relaxed);
+    match try_write_batch(db, &commits, &flushed) {
+        Ok((outcomes, synced)) => {
+            if synced {
+                counters.syncs.fetch_add(1, Ordering::Relaxed);
+            }
+            if let Some(touches) = touches {
+                touches.forget(&flushed);
+            }
+            outcomes
+        }
+        Err(e) => {
+            tracing::error!(error = %e, commits = commits.len(), "local store batch failed");
+            commits.iter().map(|_| Err(replicate(&e))).collect()
+        }
+    }
+}
+
+fn try_write_batch(
+    db: &Database,
+    commits: &[&Commit],
+    touches: &[(String, Touch)],
+) -> Result<(Vec<Result<(), StoreError>>, bool), StoreError> {
+    let mut txn = db.begin_write().map_err(storage)?;
+    txn.set_durability(Durability::Immediate).map_err(storage)?;
+    let mut outcomes = Vec::with_capacity(commits.len());
+    let mut wrote = false;
+    {
+        let mut tables = WriteTables::open(&txn)?;
+        for commit in commits {
+            match check_commit(commit, &tables) {
+                Ok(()) => {
+                    // An error here leaves the transaction half-applied; it is
+                    // dropped (aborted) by the `?`, so nothing of the batch lands.
+                    tables.apply(commit)?;
+                    wrote = true;
+                    outcomes.push(Ok(()));
+                }
+                Err(conflict) => outcomes.push(Err(conflict)),
+            }
+        }
+        for (path, touch) in touches {
+            wrote |= tables.apply_touch(path, &touch.incarnation, touch.at_ms)?;
+        }
+    }
+    if wrote {
+        txn.commit().map_err(|e| {
+            // redb: a failed commit may or may not have become durable, so the
+            // outcome is unknown: never report it as "nothing was written".
+            StoreError::Backend(format!(
+                "local store commit failed (outcome unknown, reopen the store): {e}"
+            ))
+        })?;
+    } else {
+        txn.abort().map_err(storage)?;
+    }
+    Ok((outcomes, wrote))
+}

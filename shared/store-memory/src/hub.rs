@@ -1,0 +1,133 @@
+//! [`InProcHub`]: wakes a stream's live readers in this process.
+//!
+//! Each stream context holds a `watch` channel whose value is the latest
+//! published [`TailSignal`], merged per incarnation (tail = max, closed and
+//! deleted sticky) so out-of-order publishes from concurrent writers never
+//! move it backwards.
+//!
+//! No-missed-wake-up invariant: a subscription holds the stream's context, so
+//! every later `publish` for that path reaches the very channel it watches, and
+//! `watch` remembers an unseen publish until `changed` looks at it.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use ds_core::{HubSubscription, StreamHub, TailSignal};
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::registry::{InProcRegistry, StreamContext};
+
+/// In-process [`StreamHub`].
+pub struct InProcHub {
+    registry: Arc<InProcRegistry>,
+}
+
+impl InProcHub {
+    pub fn new(registry: Arc<InProcRegistry>) -> Self {
+        Self { registry }
+    }
+}
+
+impl StreamHub for InProcHub {
+    fn publish(&self, path: &str, signal: TailSignal) {
+        // No live context means no subscriber: nobody to wake.
+        let Some(ctx) = self.registry.existing(path) else {
+            return;
+        };
+        ctx.signal.send_modify(|current| merge(current, signal));
+    }
+
+    fn subscribe(&self, path: &str) -> Box<dyn HubSubscription> {
+        let ctx = self.registry.context(path);
+        // A new receiver has seen the current value: only later publishes wake it.
+        let rx = ctx.signal.subscribe();
+        Box::new(InProcSubscription { rx, _ctx: ctx })
+    }
+}
+
+fn merge(current: &mut Option<TailSignal>, new: TailSignal) {
+    match current {
+        Some(cur) if cur.incarnation == new.incarnation => {
+            cur.tail = cur.tail.max(new.tail);
+            cur.closed |= new.closed;
+            cur.deleted |= new.deleted;
+        }
+        _ => *current = Some(new),
+    }
+}
+
+/// Whether `signal` may describe a stream state the reader has not seen.
+fn may_differ(signal: &TailSignal, seen: &TailSignal) -> bool {
+    signal.incarnation != seen.incarnation
+        || signal.tail > seen.tail
+        || (signal.closed && !seen.closed)
+        || (signal.deleted && !seen.deleted)
+}
+
+struct InProcSubscription {
+    rx: watch::Receiver<Option<TailSignal>>,
+    /// Keeps the context (and so the channel `rx` watches) registered.
+    _ctx: Arc<StreamContext>,
+}
+
+#[async_trait]
+impl HubSubscription for InProcSubscription {
+    async fn changed(&mut self, seen: &TailSignal, deadline: Instant) -> bool {
+        loop {
+            match tokio::time::timeout_at(deadline, self.rx.changed()).await {
+                Ok(Ok(())) => {
+                    // A publish the reader already observed (it re-read the
+                    // store after it) is not a reason to wake it again.
+                    if self
+                        .rx
+                        .borrow_and_update()
+                        .as_ref()
+                        .is_some_and(|s| may_differ(s, seen))
+                    {
+                        return true;
+                    }
+                }
+                // The sender lives in the context we hold, so it cannot close;
+                // if it somehow did, waiting out the deadline is still correct.
+                Ok(Err(_)) => {
+                    tokio::time::sleep_until(deadline).await;
+                    return false;
+                }
+                Err(_elapsed) => return false,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sig(inc: &str, tail: u64) -> TailSignal {
+        TailSignal {
+            incarnation: inc.into(),
+            tail,
+            closed: false,
+            deleted: false,
+        }
+    }
+
+    #[test]
+    fn merge_never_moves_tail_backwards_within_an_incarnation() {
+        let mut cur = Some(sig("a", 20));
+        merge(&mut cur, sig("a", 10));
+        assert_eq!(cur.as_ref().map(|s| s.tail), Some(20));
+        merge(&mut cur, sig("b", 5));
+        assert_eq!(cur, Some(sig("b", 5)));
+    }
+
+    #[tokio::test]
+    async fn stale_publish_does_not_wake_a_reader_that_saw_more() {
+        let hub = InProcHub::new(Arc::new(InProcRegistry::new()));
+        let mut sub = hub.subscribe("p");
+        hub.publish("p", sig("a", 5));
+        let deadline = Instant::now() + std::time::Duration::from_millis(50);
+        assert!(!sub.changed(&sig("a", 5), deadline).await);
+    }
+}

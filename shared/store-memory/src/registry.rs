@@ -1,0 +1,126 @@
+//! [`InProcRegistry`]: the per-stream context map shared by the in-process
+//! mutex and hub (portable-architecture §5, "RcMap per key").
+//!
+//! A [`StreamContext`] holds one stream's lock and wake-up channel. The map
+//! stores only `Weak` references: a context lives exactly as long as someone
+//! holds it (a lease, a lock guard or waiter, a hub subscription) and removes
+//! its own map entry when the last holder drops it. So the number of live
+//! contexts is bounded by the streams in use, never by the streams ever seen.
+//!
+//! Identity invariant: while anyone holds a context for `path`, every caller
+//! asking for `path` gets that same context — which is what makes the lock
+//! exclusive and the no-missed-wake-up rule of the hub hold.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+
+use ds_core::{StreamLease, StreamRegistry, TailSignal};
+use tokio::sync::watch;
+
+type ContextMap = HashMap<String, Weak<StreamContext>>;
+
+/// One stream's in-process state.
+pub(crate) struct StreamContext {
+    path: String,
+    map: Weak<Mutex<ContextMap>>,
+    /// The critical-section lock ([`crate::InProcMutex`]).
+    pub(crate) lock: Arc<tokio::sync::Mutex<()>>,
+    /// Latest published signal, merged per incarnation ([`crate::InProcHub`]).
+    pub(crate) signal: watch::Sender<Option<TailSignal>>,
+}
+
+impl Drop for StreamContext {
+    fn drop(&mut self) {
+        let Some(map) = self.map.upgrade() else {
+            return;
+        };
+        let mut map = lock_map(&map);
+        // Another context for the same path may already have replaced ours
+        // (created after our last strong reference went away): keep that one.
+        if map.get(&self.path).is_some_and(|w| w.strong_count() == 0) {
+            map.remove(&self.path);
+        }
+    }
+}
+
+/// The in-process [`StreamRegistry`]; share one per substrate instance between
+/// its [`crate::InProcMutex`] and [`crate::InProcHub`].
+#[derive(Default)]
+pub struct InProcRegistry {
+    map: Arc<Mutex<ContextMap>>,
+}
+
+// Nothing panics while the map lock is held except on allocation failure, and
+// the map is valid after any single insert/remove, so a poisoned lock is safe
+// to recover.
+fn lock_map(map: &Mutex<ContextMap>) -> MutexGuard<'_, ContextMap> {
+    map.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl InProcRegistry {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The live context for `path`, created if none is live.
+    pub(crate) fn context(&self, path: &str) -> Arc<StreamContext> {
+        let mut map = lock_map(&self.map);
+        if let Some(ctx) = map.get(path).and_then(Weak::upgrade) {
+            return ctx;
+        }
+        let ctx = Arc::new(StreamContext {
+            path: path.to_owned(),
+            map: Arc::downgrade(&self.map),
+            lock: Arc::new(tokio::sync::Mutex::new(())),
+            signal: watch::Sender::new(None),
+        });
+        map.insert(path.to_owned(), Arc::downgrade(&ctx));
+        ctx
+    }
+
+    /// The live context for `path`, if someone holds one (never creates).
+    pub(crate) fn existing(&self, path: &str) -> Option<Arc<StreamContext>> {
+        lock_map(&self.map).get(path).and_then(Weak::upgrade)
+    }
+}
+
+impl StreamRegistry for InProcRegistry {
+    fn enter(&self, path: &str) -> StreamLease {
+        Box::new(self.context(path))
+    }
+
+    fn live_contexts(&self) -> usize {
+        lock_map(&self.map)
+            .values()
+            .filter(|w| w.strong_count() > 0)
+            .count()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn contexts_are_shared_while_held_and_evicted_after() {
+        let registry = InProcRegistry::new();
+        let a = registry.enter("a");
+        let a2 = registry.enter("a");
+        let _b = registry.enter("b");
+        assert_eq!(registry.live_contexts(), 2);
+        drop(a);
+        assert_eq!(
+            registry.live_contexts(),
+            2,
+            "a second lease keeps 'a' alive"
+        );
+        drop(a2);
+        assert_eq!(registry.live_contexts(), 1);
+        assert!(registry.existing("a").is_none());
+        assert_eq!(
+            lock_map(&registry.map).len(),
+            1,
+            "evicted entries leave the map"
+        );
+    }
+}

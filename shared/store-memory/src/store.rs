@@ -1,0 +1,242 @@
+//! [`MemoryStore`]: a [`StreamStore`] over in-memory maps.
+//!
+//! One `RwLock` guards the whole state; `commit` takes the write lock, checks
+//! every precondition ([`crate::precheck`]) and only then applies the ops, so a
+//! commit is all-or-nothing and readers never see half of one. Durable for the
+//! process lifetime only.
+
+use std::collections::{BTreeMap, HashMap};
+use std::ops::Bound;
+use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use ds_core::{Chunk, Commit, Op, ProducerState, StoreError, StreamMeta, StreamStore};
+
+use crate::precheck::{check_commit, StateView};
+
+/// Chunks and producers of one `(path, incarnation)`.
+#[derive(Default)]
+struct IncarnationData {
+    /// Keyed by start position; chunks never overlap, so the chunk containing
+    /// position `p` is the last one starting at or before `p`.
+    chunks: BTreeMap<u64, Bytes>,
+    producers: HashMap<String, ProducerState>,
+}
+
+#[derive(Default)]
+struct State {
+    /// Path order is the `list_streams` order.
+    metas: BTreeMap<String, StreamMeta>,
+    /// path → incarnation → data. Nested so lookups by `&str` need no allocation.
+    data: HashMap<String, HashMap<String, IncarnationData>>,
+}
+
+impl State {
+    fn incarnation(&self, path: &str, incarnation: &str) -> Option<&IncarnationData> {
+        self.data.get(path)?.get(incarnation)
+    }
+
+    fn incarnation_mut(&mut self, path: &str, incarnation: &str) -> &mut IncarnationData {
+        self.data
+            .entry(path.to_owned())
+            .or_default()
+            .entry(incarnation.to_owned())
+            .or_default()
+    }
+
+    /// Apply one op whose precondition was already checked.
+    fn apply(&mut self, op: Op) {
+        match op {
+            Op::PutMeta { meta, .. } => {
+                self.metas.insert(meta.path.clone(), meta);
+            }
+            Op::PutChunk {
+                path,
+                incarnation,
+                chunk,
+            } => {
+                // Empty chunks hold no bytes and would shadow a real chunk at
+                // the same start, so they are not stored.
+                if !chunk.data.is_empty() {
+                    self.incarnation_mut(&path, &incarnation)
+                        .chunks
+                        .insert(chunk.start, chunk.data);
+                }
+            }
+            Op::PutProducer {
+                path,
+                incarnation,
+                producer_id,
+                state,
+            } => {
+                self.incarnation_mut(&path, &incarnation)
+                    .producers
+                    .insert(producer_id, state);
+            }
+            Op::DeleteStream {
+                path, incarnation, ..
+            } => {
+                self.metas.remove(&path);
+                if let Some(by_incarnation) = self.data.get_mut(&path) {
+                    by_incarnation.remove(&incarnation);
+                    if by_incarnation.is_empty() {
+                        self.data.remove(&path);
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl StateView for State {
+    fn meta_version(&self, path: &str) -> Result<Option<(u64, String)>, StoreError> {
+        Ok(self
+            .metas
+            .get(path)
+            .map(|m| (m.version, m.incarnation.clone())))
+    }
+
+    fn chunk_overlaps(
+        &self,
+        path: &str,
+        incarnation: &str,
+        start: u64,
+        end: u64,
+    ) -> Result<bool, StoreError> {
+        let Some(data) = self.incarnation(path, incarnation) else {
+            return Ok(false);
+        };
+        let before = data
+            .chunks
+            .range(..=start)
+            .next_back()
+            .is_some_and(|(s, d)| s + d.len() as u64 > start);
+        let inside = data.chunks.range(start..end).next().is_some();
+        Ok(before || inside)
+    }
+}
+
+/// In-memory [`StreamStore`]. Cheap to share behind an `Arc`.
+#[derive(Default)]
+pub struct MemoryStore {
+    state: RwLock<State>,
+}
+
+impl MemoryStore {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    // Every mutation checks all preconditions before changing anything, so a
+    // panic while the lock is held cannot leave a half-applied commit behind:
+    // recovering the guard from a poisoned lock is safe.
+    fn read(&self) -> RwLockReadGuard<'_, State> {
+        self.state.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn write(&self) -> RwLockWriteGuard<'_, State> {
+        self.state.write().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+#[async_trait]
+impl StreamStore for MemoryStore {
+    async fn read_meta(&self, path: &str) -> Result<Option<StreamMeta>, StoreError> {
+        Ok(self.read().metas.get(path).cloned())
+    }
+
+    async fn read_chunks(
+        &self,
+        path: &str,
+        incarnation: &str,
+        from: u64,
+        until: u64,
+        max_bytes: usize,
+    ) -> Result<Vec<Chunk>, StoreError> {
+        let state = self.read();
+        let Some(data) = state.incarnation(path, incarnation) else {
+            return Ok(Vec::new());
+        };
+        if from >= until {
+            return Ok(Vec::new());
+        }
+        // The chunk containing `from` (if any), then every chunk starting in (from, until).
+        let first = data
+            .chunks
+            .range(..=from)
+            .next_back()
+            .filter(|(s, d)| *s + d.len() as u64 > from);
+        let rest = data
+            .chunks
+            .range((Bound::Excluded(from), Bound::Excluded(until)));
+        Ok(take_until_budget(first.into_iter().chain(rest), max_bytes))
+    }
+
+    async fn read_producer(
+        &self,
+        path: &str,
+        incarnation: &str,
+        producer_id: &str,
+    ) -> Result<Option<ProducerState>, StoreError> {
+        Ok(self
+            .read()
+            .incarnation(path, incarnation)
+            .and_then(|d| d.producers.get(producer_id).copied()))
+    }
+
+    async fn commit(&self, commit: Commit) -> Result<(), StoreError> {
+        let mut state = self.write();
+        check_commit(&commit, &*state)?;
+        for op in commit.ops {
+            state.apply(op);
+        }
+        Ok(())
+    }
+
+    async fn touch(&self, path: &str, incarnation: &str, at_ms: i64) -> Result<(), StoreError> {
+        let mut state = self.write();
+        if let Some(meta) = state.metas.get_mut(path) {
+            if meta.incarnation == incarnation && meta.touched_at_ms < at_ms {
+                meta.touched_at_ms = at_ms;
+            }
+        }
+        Ok(())
+    }
+
+    async fn list_streams(
+        &self,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<StreamMeta>, StoreError> {
+        let state = self.read();
+        let lower = after.map_or(Bound::Unbounded, Bound::Excluded);
+        Ok(state
+            .metas
+            .range::<str, _>((lower, Bound::Unbounded))
+            .take(limit)
+            .map(|(_, m)| m.clone())
+            .collect())
+    }
+}
+
+/// Collect chunks in order until their total length reaches `max_bytes`,
+/// always keeping the first one (the [`StreamStore::read_chunks`] budget rule).
+fn take_until_budget<'a>(
+    chunks: impl Iterator<Item = (&'a u64, &'a Bytes)>,
+    max_bytes: usize,
+) -> Vec<Chunk> {
+    let mut out = Vec::new();
+    let mut total = 0usize;
+    for (start, data) in chunks {
+        if !out.is_empty() && total >= max_bytes {
+            break;
+        }
+        total = total.saturating_add(data.len());
+        out.push(Chunk {
+            start: *start,
+            data: data.clone(),
+        });
+    }
+    out
+}
