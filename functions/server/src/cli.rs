@@ -60,12 +60,8 @@ pub struct ServeArgs {
 /// `500ms`, `20s`, `2m`, or plain seconds.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
-    let (num, unit) = s
-        .find(|c: char| !c.is_ascii_digit())
-        .map_or((s, "s"), |i| s.split_at(i));
-    let n: u64 = num
-        .parse()
-        .map_err(|_| format!("{s:?} is not a duration like 500ms, 20s or 2m"))?;
+    let (num, unit) = s.find(|c: char| !c.is_ascii_digit()).map_or((s, "s"), |i| s.split_at(i));
+    let n: u64 = num.parse().map_err(|_| format!("{s:?} is not a duration like 500ms, 20s or 2m"))?;
     match unit {
         "ms" => Ok(Duration::from_millis(n)),
         "s" => Ok(Duration::from_secs(n)),

@@ -27,21 +27,11 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     if let Some(due) = expiry_due {
         let svc = service.clone();
         tokio::spawn(async move { svc.run_expiry_loop(due).await });
-        let armed = service
-            .rearm_expiries()
-            .await
-            .context("re-arming expiry alarms")?;
+        let armed = service.rearm_expiries().await.context("re-arming expiry alarms")?;
         tracing::info!(armed, "expiry alarms re-armed");
     }
-    let router = ds_http::router(
-        service.clone(),
-        ds_http::HttpConfig {
-            max_body_bytes: args.max_body_bytes,
-        },
-    );
-    let listener = tokio::net::TcpListener::bind(args.bind)
-        .await
-        .with_context(|| format!("binding {}", args.bind))?;
+    let router = ds_http::router(service.clone(), ds_http::HttpConfig { max_body_bytes: args.max_body_bytes });
+    let listener = tokio::net::TcpListener::bind(args.bind).await.with_context(|| format!("binding {}", args.bind))?;
     tracing::info!(addr = %listener.local_addr()?, store = ?args.store, "serving Durable Streams at /v1/stream/");
     axum::serve(listener, router)
         .with_graceful_shutdown(async move {
@@ -59,8 +49,7 @@ async fn shutdown_signal() {
     };
     #[cfg(unix)]
     let term = async {
-        if let Ok(mut s) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        {
+        if let Ok(mut s) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
             s.recv().await;
         }
     };
@@ -72,9 +61,7 @@ async fn shutdown_signal() {
 fn init_logs(format: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,tower_http=warn"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     if format == "json" {
         builder.json().init();
     } else {

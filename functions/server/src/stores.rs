@@ -8,9 +8,7 @@ use crate::cli::{ServeArgs, StoreKind};
 
 /// The substrate, and the in-process expiry alarms to feed to the service
 /// (`None` where alarms fire elsewhere, e.g. EventBridge Scheduler).
-pub async fn open(
-    args: &ServeArgs,
-) -> anyhow::Result<(Substrate, Option<UnboundedReceiver<ExpiryDue>>)> {
+pub async fn open(args: &ServeArgs) -> anyhow::Result<(Substrate, Option<UnboundedReceiver<ExpiryDue>>)> {
     match args.store {
         StoreKind::Memory => {
             let (sub, due) = ds_store_memory::memory_substrate();

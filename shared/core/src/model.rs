@@ -131,26 +131,13 @@ pub enum Op {
     /// Store a chunk of `(path, incarnation)`. The core guarantees the chunk
     /// starts at the stream's previous tail; the same commit carries the
     /// `PutMeta` that advances the tail past it.
-    PutChunk {
-        path: String,
-        incarnation: String,
-        chunk: Chunk,
-    },
+    PutChunk { path: String, incarnation: String, chunk: Chunk },
     /// Write one producer's state for `(path, incarnation)`.
-    PutProducer {
-        path: String,
-        incarnation: String,
-        producer_id: String,
-        state: ProducerState,
-    },
+    PutProducer { path: String, incarnation: String, producer_id: String, state: ProducerState },
     /// Remove the stream's meta record (if its version matches) and, now or
     /// later, every chunk and producer record of `(path, incarnation)`.
     /// Once committed the path reads as absent.
-    DeleteStream {
-        path: String,
-        incarnation: String,
-        expect_version: u64,
-    },
+    DeleteStream { path: String, incarnation: String, expect_version: u64 },
 }
 
 /// A set of writes applied all-or-nothing: either every precondition holds and
@@ -194,12 +181,7 @@ pub struct TailSignal {
 
 impl TailSignal {
     pub fn of(meta: &StreamMeta) -> Self {
-        Self {
-            incarnation: meta.incarnation.clone(),
-            tail: meta.tail,
-            closed: meta.closed,
-            deleted: meta.soft_deleted,
-        }
+        Self { incarnation: meta.incarnation.clone(), tail: meta.tail, closed: meta.closed, deleted: meta.soft_deleted }
     }
 }
 

@@ -115,6 +115,19 @@ pub trait StreamStore: Send + Sync + 'static {
     /// precondition fails.
     async fn commit(&self, commit: Commit) -> Result<(), StoreError>;
 
+    /// Submit `commit` and return a handle that resolves once it is applied
+    /// and durable (or has failed). Commits submitted one after another (a
+    /// `submit` starting after the previous one returned) are checked and
+    /// applied in submission order, so a commit planned on top of a pending
+    /// one is applied after it — and fails with [`StoreError::Conflict`] if
+    /// that one failed. This lets the core pipeline appends to one stream
+    /// into one group commit. The default applies the commit before
+    /// returning, which is trivially ordered.
+    async fn submit(&self, commit: Commit) -> Result<PendingCommit, StoreError> {
+        self.commit(commit).await?;
+        Ok(Box::pin(std::future::ready(Ok(()))))
+    }
+
     /// Record an access for the sliding TTL: set the meta's `touched_at_ms` to
     /// at least `at_ms` if the stored incarnation still matches. No version
     /// bump, no precondition. Implementations may coalesce (e.g. at most about
@@ -123,12 +136,11 @@ pub trait StreamStore: Send + Sync + 'static {
 
     /// Meta records in path order, strictly after `after`, at most `limit`.
     /// Used by sweeps (expiry recovery on start-up) — not on request paths.
-    async fn list_streams(
-        &self,
-        after: Option<&str>,
-        limit: usize,
-    ) -> Result<Vec<StreamMeta>, StoreError>;
+    async fn list_streams(&self, after: Option<&str>, limit: usize) -> Result<Vec<StreamMeta>, StoreError>;
 }
+
+/// A commit handed to [`StreamStore::submit`], resolving when durable.
+pub type PendingCommit = futures::future::BoxFuture<'static, Result<(), StoreError>>;
 
 /// Held while a stream's critical section runs; dropping it releases the lock.
 pub type MutexGuard = Box<dyn Any + Send>;
@@ -180,12 +192,7 @@ pub trait HubSubscription: Send {
 /// moved the deadline.
 #[async_trait]
 pub trait ExpiryScheduler: Send + Sync + 'static {
-    async fn schedule_at(
-        &self,
-        path: &str,
-        incarnation: &str,
-        at_ms: i64,
-    ) -> Result<(), StoreError>;
+    async fn schedule_at(&self, path: &str, incarnation: &str, at_ms: i64) -> Result<(), StoreError>;
     async fn cancel(&self, path: &str, incarnation: &str) -> Result<(), StoreError>;
 }
 
@@ -252,9 +259,7 @@ impl ForkPeer for StoreForkPeer {
         until: u64,
         max_bytes: usize,
     ) -> Result<Vec<Chunk>, StoreError> {
-        self.store
-            .read_chunks(path, incarnation, from, until, max_bytes)
-            .await
+        self.store.read_chunks(path, incarnation, from, until, max_bytes).await
     }
 }
 

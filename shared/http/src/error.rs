@@ -21,24 +21,18 @@ pub struct ApiError {
 
 impl ApiError {
     pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
-        Self {
-            status,
-            code,
-            message: message.into(),
-            headers: Vec::new(),
-        }
+        Self { status, code, message: message.into(), headers: Vec::new() }
     }
 
     pub fn bad_request(message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, "BAD_REQUEST", message)
     }
 
+    /// 413. The rest of the body is never read, so the connection cannot be
+    /// reused: say so (RFC 9112 §9.6) instead of closing it unannounced.
     pub fn payload_too_large(limit: usize) -> Self {
-        Self::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "PAYLOAD_TOO_LARGE",
-            format!("request body exceeds {limit} bytes"),
-        )
+        Self::new(StatusCode::PAYLOAD_TOO_LARGE, "PAYLOAD_TOO_LARGE", format!("request body exceeds {limit} bytes"))
+            .header("connection", "close")
     }
 
     fn header(mut self, name: &'static str, value: impl ToString) -> Self {
@@ -54,44 +48,30 @@ impl From<ServiceError> for ApiError {
         let msg = e.to_string();
         match e {
             ServiceError::Invalid(_) | ServiceError::BadRequest(_) => Self::bad_request(msg),
-            ServiceError::NotFound | ServiceError::Expired(_) => {
-                Self::new(StatusCode::NOT_FOUND, "NOT_FOUND", msg)
-            }
+            ServiceError::NotFound | ServiceError::Expired(_) => Self::new(StatusCode::NOT_FOUND, "NOT_FOUND", msg),
             ServiceError::Gone => Self::new(StatusCode::GONE, "GONE", msg),
             ServiceError::Conflict(_) => Self::new(StatusCode::CONFLICT, "CONFLICT", msg),
-            ServiceError::StreamClosed { tail } => {
-                Self::new(StatusCode::CONFLICT, "STREAM_CLOSED", msg)
-                    .header(h::STREAM_CLOSED, "true")
-                    .header(h::STREAM_NEXT_OFFSET, Offset(tail))
-            }
+            ServiceError::StreamClosed { tail } => Self::new(StatusCode::CONFLICT, "STREAM_CLOSED", msg)
+                .header(h::STREAM_CLOSED, "true")
+                .header(h::STREAM_NEXT_OFFSET, Offset(tail)),
             ServiceError::StaleEpoch { current } => {
-                Self::new(StatusCode::FORBIDDEN, "STALE_EPOCH", msg)
-                    .header(h::PRODUCER_EPOCH, current)
+                Self::new(StatusCode::FORBIDDEN, "STALE_EPOCH", msg).header(h::PRODUCER_EPOCH, current)
             }
-            ServiceError::SeqGap { expected, received } => {
-                Self::new(StatusCode::CONFLICT, "SEQUENCE_GAP", msg)
-                    .header(h::PRODUCER_EXPECTED_SEQ, expected)
-                    .header(h::PRODUCER_RECEIVED_SEQ, received)
-            }
+            ServiceError::SeqGap { expected, received } => Self::new(StatusCode::CONFLICT, "SEQUENCE_GAP", msg)
+                .header(h::PRODUCER_EXPECTED_SEQ, expected)
+                .header(h::PRODUCER_RECEIVED_SEQ, received),
             ServiceError::Contention => {
-                Self::new(StatusCode::SERVICE_UNAVAILABLE, "CONTENTION", msg)
-                    .header("retry-after", 1)
+                Self::new(StatusCode::SERVICE_UNAVAILABLE, "CONTENTION", msg).header("retry-after", 1)
             }
             ServiceError::Store(StoreError::Unavailable(_)) => {
-                Self::new(StatusCode::SERVICE_UNAVAILABLE, "UNAVAILABLE", msg)
-                    .header("retry-after", 1)
+                Self::new(StatusCode::SERVICE_UNAVAILABLE, "UNAVAILABLE", msg).header("retry-after", 1)
             }
             ServiceError::Store(StoreError::Conflict) => {
-                Self::new(StatusCode::SERVICE_UNAVAILABLE, "CONTENTION", msg)
-                    .header("retry-after", 1)
+                Self::new(StatusCode::SERVICE_UNAVAILABLE, "CONTENTION", msg).header("retry-after", 1)
             }
             ServiceError::Store(StoreError::Backend(_)) => {
                 tracing::error!(error = %msg, "storage failure");
-                Self::new(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "INTERNAL",
-                    "internal storage error",
-                )
+                Self::new(StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL", "internal storage error")
             }
         }
     }
@@ -105,13 +85,9 @@ impl From<ds_protocol::ProtocolError> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = serde_json::json!({ "error": { "code": self.code, "message": self.message } })
-            .to_string();
+        let body = serde_json::json!({ "error": { "code": self.code, "message": self.message } }).to_string();
         let mut resp = (self.status, body).into_response();
-        resp.headers_mut().insert(
-            http::header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        );
+        resp.headers_mut().insert(http::header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
         for (name, value) in self.headers {
             resp.headers_mut().insert(name, value);
         }

@@ -6,14 +6,12 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use ds_core::{
-    AppendOutcome, AppendRequest, CreateRequest, ForkRequest, LiveMode, ReadOutcome, ReadRequest,
-    StreamMeta,
+    AppendOutcome, AppendRequest, CreateRequest, ForkRequest, LiveMode, ReadOutcome, ReadRequest, StreamMeta,
 };
 use ds_protocol::cursor::next_cursor;
 use ds_protocol::etag::{if_none_match, read_etag};
 use ds_protocol::headers::{
-    format_rfc3339_ms, is_stream_closed, parse_lifetime, parse_producer, parse_sub_offset,
-    validate_content_type,
+    format_rfc3339_ms, is_stream_closed, parse_lifetime, parse_producer, parse_sub_offset, validate_content_type,
 };
 use ds_protocol::sse::DataEncoding;
 use ds_protocol::Offset;
@@ -52,11 +50,7 @@ async fn dispatch(app: AppState, req: Request) -> ApiResult {
             app.service.delete(&path).await?;
             Ok(StatusCode::NO_CONTENT.into_response())
         }
-        _ => Err(ApiError::new(
-            StatusCode::METHOD_NOT_ALLOWED,
-            "METHOD_NOT_ALLOWED",
-            "method not allowed",
-        )),
+        _ => Err(ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "METHOD_NOT_ALLOWED", "method not allowed")),
     }
 }
 
@@ -83,56 +77,26 @@ async fn put(app: AppState, path: String, req: Request) -> ApiResult {
         validate_content_type(ct)?;
     }
     let lifetime = parse_lifetime(get(hd, h::STREAM_TTL)?, get(hd, h::STREAM_EXPIRES_AT)?)?;
-    let fork = match (
-        get(hd, h::STREAM_FORKED_FROM)?,
-        get(hd, h::STREAM_FORK_OFFSET)?,
-        get(hd, h::STREAM_FORK_SUB_OFFSET)?,
-    ) {
-        (None, None, None) => None,
-        (None, _, _) => {
-            return Err(ApiError::bad_request(
-                "fork headers need Stream-Forked-From",
-            ))
-        }
-        (Some(source), offset, sub) => {
-            let offset = offset.map(Offset::parse).transpose()?;
-            let sub_offset = sub.map(parse_sub_offset).transpose()?.unwrap_or(0);
-            if sub_offset > 0 && offset.is_none() {
-                return Err(ApiError::bad_request(
-                    "Stream-Fork-Sub-Offset needs Stream-Fork-Offset",
-                ));
+    let fork =
+        match (get(hd, h::STREAM_FORKED_FROM)?, get(hd, h::STREAM_FORK_OFFSET)?, get(hd, h::STREAM_FORK_SUB_OFFSET)?) {
+            (None, None, None) => None,
+            (None, _, _) => return Err(ApiError::bad_request("fork headers need Stream-Forked-From")),
+            (Some(source), offset, sub) => {
+                let offset = offset.map(Offset::parse).transpose()?;
+                let sub_offset = sub.map(parse_sub_offset).transpose()?.unwrap_or(0);
+                if sub_offset > 0 && offset.is_none() {
+                    return Err(ApiError::bad_request("Stream-Fork-Sub-Offset needs Stream-Fork-Offset"));
+                }
+                let source = source.trim_start_matches('/');
+                let source = source.strip_prefix("v1/stream/").unwrap_or(source).to_owned();
+                Some(ForkRequest { source, offset, sub_offset })
             }
-            let source = source.trim_start_matches('/');
-            let source = source
-                .strip_prefix("v1/stream/")
-                .unwrap_or(source)
-                .to_owned();
-            Some(ForkRequest {
-                source,
-                offset,
-                sub_offset,
-            })
-        }
-    };
+        };
     let closed = is_stream_closed(get(hd, h::STREAM_CLOSED)?);
     let body = body(raw, app.cfg.max_body_bytes).await?;
-    let out = app
-        .service
-        .create(CreateRequest {
-            path: path.clone(),
-            content_type,
-            lifetime,
-            closed,
-            body,
-            fork,
-        })
-        .await?;
-    let mut resp = if out.created {
-        StatusCode::CREATED
-    } else {
-        StatusCode::OK
-    }
-    .into_response();
+    let out =
+        app.service.create(CreateRequest { path: path.clone(), content_type, lifetime, closed, body, fork }).await?;
+    let mut resp = if out.created { StatusCode::CREATED } else { StatusCode::OK }.into_response();
     let headers = resp.headers_mut();
     stream_headers(headers, &out.meta);
     if out.created {
@@ -146,9 +110,7 @@ fn location(host: &str, path: &str) -> String {
     let encoded: String = path
         .bytes()
         .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' | b'/' => {
-                (b as char).to_string()
-            }
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' | b'/' => (b as char).to_string(),
             _ => format!("%{b:02X}"),
         })
         .collect();
@@ -167,11 +129,7 @@ fn stream_headers(headers: &mut HeaderMap, meta: &StreamMeta) {
 async fn post(app: AppState, path: String, req: Request) -> ApiResult {
     let (parts, raw) = req.into_parts();
     let hd = &parts.headers;
-    let producer = parse_producer(
-        get(hd, h::PRODUCER_ID)?,
-        get(hd, h::PRODUCER_EPOCH)?,
-        get(hd, h::PRODUCER_SEQ)?,
-    )?;
+    let producer = parse_producer(get(hd, h::PRODUCER_ID)?, get(hd, h::PRODUCER_EPOCH)?, get(hd, h::PRODUCER_SEQ)?)?;
     let request = AppendRequest {
         path,
         content_type: get(hd, "content-type")?.map(str::to_owned),
@@ -185,9 +143,7 @@ async fn post(app: AppState, path: String, req: Request) -> ApiResult {
     let (status, producer) = match &out {
         // 200 only when a producer's request stored new data; a producer's
         // close-only request is a 204 like any close.
-        AppendOutcome::Appended {
-            producer: Some(p), ..
-        } if !empty_body => (StatusCode::OK, Some(*p)),
+        AppendOutcome::Appended { producer: Some(p), .. } if !empty_body => (StatusCode::OK, Some(*p)),
         AppendOutcome::Appended { producer, .. } => (StatusCode::NO_CONTENT, *producer),
         AppendOutcome::AlreadyClosed { .. } => (StatusCode::NO_CONTENT, None),
         AppendOutcome::Duplicate { producer, .. } => (StatusCode::NO_CONTENT, Some(*producer)),
@@ -227,17 +183,9 @@ async fn get_stream(app: AppState, path: String, req: Request) -> ApiResult {
         None => LiveMode::None,
         Some("long-poll") => LiveMode::LongPoll,
         Some("sse") => LiveMode::Sse,
-        Some(other) => {
-            return Err(ApiError::bad_request(format!(
-                "unknown live mode {other:?}"
-            )))
-        }
+        Some(other) => return Err(ApiError::bad_request(format!("unknown live mode {other:?}"))),
     };
-    let read = ReadRequest {
-        path,
-        offset: q.offset,
-        live,
-    };
+    let read = ReadRequest { path, offset: q.offset, live };
     if live == LiveMode::Sse {
         return sse(app, read, q.cursor).await;
     }
@@ -247,25 +195,14 @@ async fn get_stream(app: AppState, path: String, req: Request) -> ApiResult {
 }
 
 fn cursor(client: Option<&str>) -> String {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
     let jitter = rand::thread_rng().gen_range(1..=3600);
-    next_cursor(
-        i64::try_from(now.as_millis()).unwrap_or(i64::MAX),
-        client,
-        jitter,
-    )
+    next_cursor(i64::try_from(now.as_millis()).unwrap_or(i64::MAX), client, jitter)
 }
 
-fn render_read(
-    out: &ReadOutcome,
-    live: LiveMode,
-    client_cursor: Option<&str>,
-    inm: Option<&str>,
-) -> Response {
-    let etag = (!out.at_now && !out.no_content)
-        .then(|| read_etag(&out.meta.incarnation, out.start, out.next, out.closed));
+fn render_read(out: &ReadOutcome, live: LiveMode, client_cursor: Option<&str>, inm: Option<&str>) -> Response {
+    let etag =
+        (!out.at_now && !out.no_content).then(|| read_etag(&out.meta.incarnation, out.start, out.next, out.closed));
     if let (Some(etag), Some(inm)) = (&etag, inm) {
         if if_none_match(inm, etag) {
             let mut resp = StatusCode::NOT_MODIFIED.into_response();
@@ -297,22 +234,15 @@ fn render_read(
         set(headers, "etag", etag);
     }
     let cacheable = !out.at_now && !out.no_content && !out.body.is_empty() && out.next > out.start;
-    let cache = if cacheable {
-        "public, max-age=60, stale-while-revalidate=300"
-    } else {
-        "no-store"
-    };
+    let cache = if cacheable { "public, max-age=60, stale-while-revalidate=300" } else { "no-store" };
     set(headers, "cache-control", cache);
     resp
 }
 
 async fn sse(app: AppState, read: ReadRequest, client_cursor: Option<String>) -> ApiResult {
     let (meta, events) = app.service.sse(read, client_cursor).await?;
-    let mut resp = Body::from_stream(futures::StreamExt::map(
-        events,
-        Ok::<_, std::convert::Infallible>,
-    ))
-    .into_response();
+    let mut resp =
+        Body::from_stream(futures::StreamExt::map(events, Ok::<_, std::convert::Infallible>)).into_response();
     let headers = resp.headers_mut();
     set(headers, "content-type", "text/event-stream");
     set(headers, "cache-control", "no-cache");

@@ -22,8 +22,7 @@ pub const PRODUCER_EXPECTED_SEQ: &str = "producer-expected-seq";
 pub const PRODUCER_RECEIVED_SEQ: &str = "producer-received-seq";
 
 /// Response headers browsers may read (CORS `Access-Control-Expose-Headers`).
-pub const EXPOSED: &str =
-    "stream-next-offset, stream-up-to-date, stream-closed, stream-cursor, stream-ttl, \
+pub const EXPOSED: &str = "stream-next-offset, stream-up-to-date, stream-closed, stream-cursor, stream-ttl, \
 stream-expires-at, stream-sse-data-encoding, producer-epoch, producer-seq, producer-expected-seq, \
 producer-received-seq, etag, location, content-type";
 
@@ -31,9 +30,6 @@ producer-received-seq, etag, location, content-type";
 pub fn get<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a str>, ApiError> {
     match headers.get(name) {
         None => Ok(None),
-        Some(v) => v
-            .to_str()
-            .map(Some)
-            .map_err(|_| ApiError::bad_request(format!("header {name} is not valid text"))),
+        Some(v) => v.to_str().map(Some).map_err(|_| ApiError::bad_request(format!("header {name} is not valid text"))),
     }
 }

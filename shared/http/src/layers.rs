@@ -8,25 +8,12 @@ use axum::response::{IntoResponse, Response};
 use crate::headers::EXPOSED;
 
 pub(crate) async fn protocol_headers(req: Request, next: Next) -> Response {
-    let mut resp = if req.method() == Method::OPTIONS {
-        preflight(&req)
-    } else {
-        next.run(req).await
-    };
+    let mut resp = if req.method() == Method::OPTIONS { preflight(&req) } else { next.run(req).await };
     let h = resp.headers_mut();
-    h.insert(
-        "x-content-type-options",
-        HeaderValue::from_static("nosniff"),
-    );
-    h.insert(
-        "cross-origin-resource-policy",
-        HeaderValue::from_static("cross-origin"),
-    );
+    h.insert("x-content-type-options", HeaderValue::from_static("nosniff"));
+    h.insert("cross-origin-resource-policy", HeaderValue::from_static("cross-origin"));
     h.insert("access-control-allow-origin", HeaderValue::from_static("*"));
-    h.insert(
-        "access-control-expose-headers",
-        HeaderValue::from_static(EXPOSED),
-    );
+    h.insert("access-control-expose-headers", HeaderValue::from_static(EXPOSED));
     resp
 }
 
@@ -35,15 +22,9 @@ pub(crate) async fn protocol_headers(req: Request, next: Next) -> Response {
 fn preflight(req: &Request) -> Response {
     let mut resp = StatusCode::NO_CONTENT.into_response();
     let h = resp.headers_mut();
-    h.insert(
-        "access-control-allow-methods",
-        HeaderValue::from_static("GET, HEAD, POST, PUT, DELETE, OPTIONS"),
-    );
+    h.insert("access-control-allow-methods", HeaderValue::from_static("GET, HEAD, POST, PUT, DELETE, OPTIONS"));
     let requested = req.headers().get("access-control-request-headers").cloned();
-    h.insert(
-        "access-control-allow-headers",
-        requested.unwrap_or_else(|| HeaderValue::from_static("*")),
-    );
+    h.insert("access-control-allow-headers", requested.unwrap_or_else(|| HeaderValue::from_static("*")));
     h.insert("access-control-max-age", HeaderValue::from_static("86400"));
     resp
 }

@@ -25,9 +25,7 @@ pub struct HttpConfig {
 
 impl Default for HttpConfig {
     fn default() -> Self {
-        Self {
-            max_body_bytes: 16 * 1024 * 1024,
-        }
+        Self { max_body_bytes: 16 * 1024 * 1024 }
     }
 }
 
@@ -40,10 +38,7 @@ pub(crate) struct AppState {
 /// The protocol router. Streams live under `/v1/stream/`; the reserved
 /// `__ds` control prefix is routed before streams (§6).
 pub fn router(service: StreamService, cfg: HttpConfig) -> Router {
-    let state = AppState {
-        service,
-        cfg: Arc::new(cfg),
-    };
+    let state = AppState { service, cfg: Arc::new(cfg) };
     Router::new()
         .route("/v1/stream/{*path}", any(handlers::stream))
         .route("/v1/stream", any(handlers::not_a_stream))

@@ -11,8 +11,8 @@ use crate::error::ApiError;
 /// The decoded stream path of a `/v1/stream/{path}` URI.
 pub fn stream_path(uri: &Uri) -> Result<String, ApiError> {
     let raw = uri.path().strip_prefix("/v1/stream/").unwrap_or_default();
-    let decoded = percent_decode(raw)
-        .ok_or_else(|| ApiError::bad_request("stream path is not valid percent-encoded UTF-8"))?;
+    let decoded =
+        percent_decode(raw).ok_or_else(|| ApiError::bad_request("stream path is not valid percent-encoded UTF-8"))?;
     ds_protocol::path::validate(&decoded)?;
     Ok(decoded)
 }
@@ -46,15 +46,10 @@ pub struct ReadQuery {
 pub fn read_query(uri: &Uri) -> Result<ReadQuery, ApiError> {
     let mut offsets = Vec::new();
     let mut q = ReadQuery::default();
-    for pair in uri
-        .query()
-        .unwrap_or_default()
-        .split('&')
-        .filter(|p| !p.is_empty())
-    {
+    for pair in uri.query().unwrap_or_default().split('&').filter(|p| !p.is_empty()) {
         let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        let v = percent_decode(&v.replace('+', " "))
-            .ok_or_else(|| ApiError::bad_request("query is not valid UTF-8"))?;
+        let v =
+            percent_decode(&v.replace('+', " ")).ok_or_else(|| ApiError::bad_request("query is not valid UTF-8"))?;
         match k {
             "offset" => offsets.push(v),
             "live" => q.live = Some(v),
@@ -70,8 +65,7 @@ pub fn read_query(uri: &Uri) -> Result<ReadQuery, ApiError> {
 /// Read the whole body, refusing more than `limit` bytes with 413.
 pub async fn body(body: Body, limit: usize) -> Result<Bytes, ApiError> {
     axum::body::to_bytes(body, limit).await.map_err(|e| {
-        let too_large = std::error::Error::source(&e)
-            .is_some_and(|s| s.is::<http_body_util::LengthLimitError>())
+        let too_large = std::error::Error::source(&e).is_some_and(|s| s.is::<http_body_util::LengthLimitError>())
             || e.to_string().contains("length limit");
         if too_large {
             ApiError::payload_too_large(limit)
@@ -88,19 +82,12 @@ mod tests {
 
     #[test]
     fn paths_and_queries() {
-        let uri: Uri = "/v1/stream/a%2Fb/c?offset=-1&live=long-poll&x=1"
-            .parse()
-            .unwrap();
+        let uri: Uri = "/v1/stream/a%2Fb/c?offset=-1&live=long-poll&x=1".parse().unwrap();
         assert_eq!(stream_path(&uri).unwrap(), "a/b/c");
         let q = read_query(&uri).unwrap();
         assert_eq!(q.offset, Some(ReadOffset::Beginning));
         assert_eq!(q.live.as_deref(), Some("long-poll"));
-        for bad in [
-            "/v1/stream/a/%2E%2E/b",
-            "/v1/stream/..",
-            "/v1/stream/a%00b",
-            "/v1/stream/%ff",
-        ] {
+        for bad in ["/v1/stream/a/%2E%2E/b", "/v1/stream/..", "/v1/stream/a%00b", "/v1/stream/%ff"] {
             assert!(stream_path(&bad.parse().unwrap()).is_err(), "{bad}");
         }
         assert!(read_query(&"/x?offset=1,2".parse().unwrap()).is_err());

@@ -32,21 +32,11 @@ fn app(cfg: ServiceConfig, max_body_bytes: usize) -> App {
     let clock = Arc::new(ManualClock(AtomicI64::new(1_800_000_000_000)));
     let service = StreamService::new(sub, cfg).with_clock(clock.clone());
     let router = ds_http::router(service.clone(), ds_http::HttpConfig { max_body_bytes });
-    App {
-        router,
-        service,
-        clock,
-    }
+    App { router, service, clock }
 }
 
 fn default_app() -> App {
-    app(
-        ServiceConfig {
-            long_poll_timeout: Duration::from_millis(300),
-            ..ServiceConfig::default()
-        },
-        1 << 20,
-    )
+    app(ServiceConfig { long_poll_timeout: Duration::from_millis(300), ..ServiceConfig::default() }, 1 << 20)
 }
 
 struct Resp {
@@ -66,26 +56,11 @@ async fn call(app: &App, method: &str, uri: &str, headers: &[(&str, &str)], body
     for (k, v) in headers {
         req = req.header(*k, *v);
     }
-    let resp = app
-        .router
-        .clone()
-        .oneshot(req.body(Body::from(body.to_vec())).unwrap())
-        .await
-        .unwrap();
+    let resp = app.router.clone().oneshot(req.body(Body::from(body.to_vec())).unwrap()).await.unwrap();
     let status = resp.status();
     let headers = resp.headers().clone();
-    let body = resp
-        .into_body()
-        .collect()
-        .await
-        .unwrap()
-        .to_bytes()
-        .to_vec();
-    Resp {
-        status,
-        headers,
-        body,
-    }
+    let body = resp.into_body().collect().await.unwrap().to_bytes().to_vec();
+    Resp { status, headers, body }
 }
 
 const TEXT: (&str, &str) = ("content-type", "text/plain");
@@ -93,156 +68,55 @@ const TEXT: (&str, &str) = ("content-type", "text/plain");
 #[tokio::test]
 async fn forks_soft_delete_and_cascade_gc() {
     let a = default_app();
-    assert_eq!(
-        call(&a, "PUT", "/v1/stream/src", &[TEXT], b"abc")
-            .await
-            .status,
-        StatusCode::CREATED
-    );
+    assert_eq!(call(&a, "PUT", "/v1/stream/src", &[TEXT], b"abc").await.status, StatusCode::CREATED);
     let fork = [TEXT, ("stream-forked-from", "/v1/stream/src")];
-    assert_eq!(
-        call(&a, "PUT", "/v1/stream/f1", &fork, b"").await.status,
-        StatusCode::CREATED
-    );
+    assert_eq!(call(&a, "PUT", "/v1/stream/f1", &fork, b"").await.status, StatusCode::CREATED);
     let fork2 = [TEXT, ("stream-forked-from", "/v1/stream/f1")];
-    assert_eq!(
-        call(&a, "PUT", "/v1/stream/f2", &fork2, b"Z").await.status,
-        StatusCode::CREATED
-    );
+    assert_eq!(call(&a, "PUT", "/v1/stream/f2", &fork2, b"Z").await.status, StatusCode::CREATED);
 
     // Deleting referenced streams only soft-deletes them: 410, path blocked, data kept.
-    assert_eq!(
-        call(&a, "DELETE", "/v1/stream/src", &[], b"").await.status,
-        StatusCode::NO_CONTENT
-    );
-    assert_eq!(
-        call(&a, "GET", "/v1/stream/src", &[], b"").await.status,
-        StatusCode::GONE
-    );
-    assert_eq!(
-        call(&a, "PUT", "/v1/stream/src", &[TEXT], b"").await.status,
-        StatusCode::CONFLICT
-    );
-    assert_eq!(
-        call(&a, "DELETE", "/v1/stream/f1", &[], b"").await.status,
-        StatusCode::NO_CONTENT
-    );
-    assert_eq!(
-        call(&a, "GET", "/v1/stream/f2?offset=-1", &[], b"")
-            .await
-            .body,
-        b"abcZ"
-    );
+    assert_eq!(call(&a, "DELETE", "/v1/stream/src", &[], b"").await.status, StatusCode::NO_CONTENT);
+    assert_eq!(call(&a, "GET", "/v1/stream/src", &[], b"").await.status, StatusCode::GONE);
+    assert_eq!(call(&a, "PUT", "/v1/stream/src", &[TEXT], b"").await.status, StatusCode::CONFLICT);
+    assert_eq!(call(&a, "DELETE", "/v1/stream/f1", &[], b"").await.status, StatusCode::NO_CONTENT);
+    assert_eq!(call(&a, "GET", "/v1/stream/f2?offset=-1", &[], b"").await.body, b"abcZ");
 
     // Deleting the last fork collects the whole soft-deleted chain.
-    assert_eq!(
-        call(&a, "DELETE", "/v1/stream/f2", &[], b"").await.status,
-        StatusCode::NO_CONTENT
-    );
+    assert_eq!(call(&a, "DELETE", "/v1/stream/f2", &[], b"").await.status, StatusCode::NO_CONTENT);
     let store = &a.service.substrate().store;
     for p in ["src", "f1", "f2"] {
-        assert!(
-            store.read_meta(p).await.unwrap().is_none(),
-            "{p} should be collected"
-        );
+        assert!(store.read_meta(p).await.unwrap().is_none(), "{p} should be collected");
     }
-    assert_eq!(
-        call(&a, "PUT", "/v1/stream/src", &[TEXT], b"").await.status,
-        StatusCode::CREATED
-    );
+    assert_eq!(call(&a, "PUT", "/v1/stream/src", &[TEXT], b"").await.status, StatusCode::CREATED);
 }
 
 #[tokio::test]
 async fn sliding_ttl_and_absolute_expiry() {
     let a = default_app();
-    call(
-        &a,
-        "PUT",
-        "/v1/stream/ttl",
-        &[TEXT, ("stream-ttl", "10")],
-        b"x",
-    )
-    .await;
+    call(&a, "PUT", "/v1/stream/ttl", &[TEXT, ("stream-ttl", "10")], b"x").await;
     a.clock.0.fetch_add(8_000, Ordering::SeqCst);
-    assert_eq!(
-        call(&a, "GET", "/v1/stream/ttl", &[], b"").await.status,
-        StatusCode::OK
-    ); // resets the window
+    assert_eq!(call(&a, "GET", "/v1/stream/ttl", &[], b"").await.status, StatusCode::OK); // resets the window
     a.clock.0.fetch_add(8_000, Ordering::SeqCst);
-    assert_eq!(
-        call(&a, "HEAD", "/v1/stream/ttl", &[], b"").await.status,
-        StatusCode::OK
-    ); // HEAD does not reset
+    assert_eq!(call(&a, "HEAD", "/v1/stream/ttl", &[], b"").await.status, StatusCode::OK); // HEAD does not reset
     a.clock.0.fetch_add(3_000, Ordering::SeqCst);
-    assert_eq!(
-        call(&a, "GET", "/v1/stream/ttl", &[], b"").await.status,
-        StatusCode::NOT_FOUND
-    );
-    assert!(
-        a.service
-            .substrate()
-            .store
-            .read_meta("ttl")
-            .await
-            .unwrap()
-            .is_none(),
-        "expired stream removed"
-    );
+    assert_eq!(call(&a, "GET", "/v1/stream/ttl", &[], b"").await.status, StatusCode::NOT_FOUND);
+    assert!(a.service.substrate().store.read_meta("ttl").await.unwrap().is_none(), "expired stream removed");
 
-    call(
-        &a,
-        "PUT",
-        "/v1/stream/abs",
-        &[TEXT, ("stream-expires-at", "2027-01-15T08:00:05Z")],
-        b"x",
-    )
-    .await;
-    a.clock
-        .0
-        .store(1_800_000_000_000 + 10_000, Ordering::SeqCst); // 2027-01-15T08:00:10Z
-    assert_eq!(
-        call(&a, "POST", "/v1/stream/abs", &[TEXT], b"y")
-            .await
-            .status,
-        StatusCode::NOT_FOUND
-    );
-    assert_eq!(
-        call(&a, "PUT", "/v1/stream/abs", &[TEXT], b"new")
-            .await
-            .status,
-        StatusCode::CREATED
-    );
+    call(&a, "PUT", "/v1/stream/abs", &[TEXT, ("stream-expires-at", "2027-01-15T08:00:05Z")], b"x").await;
+    a.clock.0.store(1_800_000_000_000 + 10_000, Ordering::SeqCst); // 2027-01-15T08:00:10Z
+    assert_eq!(call(&a, "POST", "/v1/stream/abs", &[TEXT], b"y").await.status, StatusCode::NOT_FOUND);
+    assert_eq!(call(&a, "PUT", "/v1/stream/abs", &[TEXT], b"new").await.status, StatusCode::CREATED);
 }
 
 #[tokio::test]
 async fn reads_are_bounded_and_json_splits_on_message_boundaries() {
-    let a = app(
-        ServiceConfig {
-            max_read_bytes: 10,
-            ..ServiceConfig::default()
-        },
-        1 << 20,
-    );
-    call(
-        &a,
-        "PUT",
-        "/v1/stream/j",
-        &[("content-type", "application/json")],
-        br#"[1, 22, 333, 4444, 55555]"#,
-    )
-    .await;
+    let a = app(ServiceConfig { max_read_bytes: 10, ..ServiceConfig::default() }, 1 << 20);
+    call(&a, "PUT", "/v1/stream/j", &[("content-type", "application/json")], br#"[1, 22, 333, 4444, 55555]"#).await;
     let mut offset = "-1".to_owned();
     let mut values = Vec::new();
     let mut reads = 0;
     loop {
-        let r = call(
-            &a,
-            "GET",
-            &format!("/v1/stream/j?offset={offset}"),
-            &[],
-            b"",
-        )
-        .await;
+        let r = call(&a, "GET", &format!("/v1/stream/j?offset={offset}"), &[], b"").await;
         reads += 1;
         let batch: Vec<u64> = serde_json::from_slice(&r.body).unwrap();
         values.extend(batch);
@@ -259,56 +133,22 @@ async fn reads_are_bounded_and_json_splits_on_message_boundaries() {
 #[tokio::test]
 async fn oversized_bodies_get_413_and_paths_are_validated() {
     let a = app(ServiceConfig::default(), 16);
-    assert_eq!(
-        call(&a, "PUT", "/v1/stream/s", &[TEXT], &[b'x'; 17])
-            .await
-            .status,
-        StatusCode::PAYLOAD_TOO_LARGE
-    );
-    assert_eq!(
-        call(&a, "PUT", "/v1/stream/s", &[TEXT], &[b'x'; 16])
-            .await
-            .status,
-        StatusCode::CREATED
-    );
-    assert_eq!(
-        call(&a, "POST", "/v1/stream/s", &[TEXT], &[b'x'; 17])
-            .await
-            .status,
-        StatusCode::PAYLOAD_TOO_LARGE
-    );
-    for bad in [
-        "/v1/stream/a/%2e%2e/b",
-        "/v1/stream/a//b",
-        "/v1/stream/a%00",
-        "/v1/stream/%ff",
-    ] {
+    assert_eq!(call(&a, "PUT", "/v1/stream/s", &[TEXT], &[b'x'; 17]).await.status, StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(call(&a, "PUT", "/v1/stream/s", &[TEXT], &[b'x'; 16]).await.status, StatusCode::CREATED);
+    assert_eq!(call(&a, "POST", "/v1/stream/s", &[TEXT], &[b'x'; 17]).await.status, StatusCode::PAYLOAD_TOO_LARGE);
+    for bad in ["/v1/stream/a/%2e%2e/b", "/v1/stream/a//b", "/v1/stream/a%00", "/v1/stream/%ff"] {
         let r = call(&a, "PUT", bad, &[TEXT], b"").await;
         assert_eq!(r.status, StatusCode::BAD_REQUEST, "{bad}");
         assert_eq!(r.header("x-content-type-options"), Some("nosniff"));
     }
     let long = format!("/v1/stream/{}", "x".repeat(1025));
-    assert_eq!(
-        call(&a, "PUT", &long, &[TEXT], b"").await.status,
-        StatusCode::BAD_REQUEST
-    );
-    assert_eq!(
-        call(&a, "GET", "/v1/stream/__ds/subscriptions/x", &[], b"")
-            .await
-            .status,
-        StatusCode::NOT_IMPLEMENTED
-    );
+    assert_eq!(call(&a, "PUT", &long, &[TEXT], b"").await.status, StatusCode::BAD_REQUEST);
+    assert_eq!(call(&a, "GET", "/v1/stream/__ds/subscriptions/x", &[], b"").await.status, StatusCode::NOT_IMPLEMENTED);
 }
 
 #[tokio::test]
 async fn long_poll_wakes_on_append_and_ends_on_shutdown() {
-    let a = app(
-        ServiceConfig {
-            long_poll_timeout: Duration::from_secs(30),
-            ..ServiceConfig::default()
-        },
-        1 << 20,
-    );
+    let a = app(ServiceConfig { long_poll_timeout: Duration::from_secs(30), ..ServiceConfig::default() }, 1 << 20);
     let created = call(&a, "PUT", "/v1/stream/lp", &[TEXT], b"").await;
     let tail = created.header("stream-next-offset").unwrap().to_owned();
     let uri = format!("/v1/stream/lp?offset={tail}&live=long-poll");
@@ -316,62 +156,28 @@ async fn long_poll_wakes_on_append_and_ends_on_shutdown() {
     let waiter = tokio::spawn(async move {
         let req = Request::get(uri).body(Body::empty()).unwrap();
         let resp = router.oneshot(req).await.unwrap();
-        (
-            resp.status(),
-            resp.into_body().collect().await.unwrap().to_bytes(),
-        )
+        (resp.status(), resp.into_body().collect().await.unwrap().to_bytes())
     });
     tokio::time::sleep(Duration::from_millis(50)).await;
     call(&a, "POST", "/v1/stream/lp", &[TEXT], b"hi").await;
-    let (status, body) = tokio::time::timeout(Duration::from_secs(5), waiter)
-        .await
-        .unwrap()
-        .unwrap();
+    let (status, body) = tokio::time::timeout(Duration::from_secs(5), waiter).await.unwrap().unwrap();
     assert_eq!((status, &body[..]), (StatusCode::OK, &b"hi"[..]));
 
     let uri = "/v1/stream/lp?offset=now&live=long-poll";
     let router = a.router.clone();
-    let waiter = tokio::spawn(async move {
-        router
-            .oneshot(Request::get(uri).body(Body::empty()).unwrap())
-            .await
-    });
+    let waiter = tokio::spawn(async move { router.oneshot(Request::get(uri).body(Body::empty()).unwrap()).await });
     tokio::time::sleep(Duration::from_millis(50)).await;
     a.service.begin_shutdown();
-    let resp = tokio::time::timeout(Duration::from_secs(5), waiter)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
-    assert_eq!(
-        resp.status(),
-        StatusCode::NO_CONTENT,
-        "shutdown answers waiting long-polls at once"
-    );
+    let resp = tokio::time::timeout(Duration::from_secs(5), waiter).await.unwrap().unwrap().unwrap();
+    assert_eq!(resp.status(), StatusCode::NO_CONTENT, "shutdown answers waiting long-polls at once");
 }
 
 #[tokio::test]
 async fn sse_pairs_data_with_control_and_ends_at_eof() {
     let a = default_app();
-    call(
-        &a,
-        "PUT",
-        "/v1/stream/e",
-        &[("content-type", "application/octet-stream")],
-        &[0, 1, 2],
-    )
-    .await;
-    call(
-        &a,
-        "POST",
-        "/v1/stream/e",
-        &[
-            ("content-type", "application/octet-stream"),
-            ("stream-closed", "true"),
-        ],
-        &[3],
-    )
-    .await;
+    call(&a, "PUT", "/v1/stream/e", &[("content-type", "application/octet-stream")], &[0, 1, 2]).await;
+    call(&a, "POST", "/v1/stream/e", &[("content-type", "application/octet-stream"), ("stream-closed", "true")], &[3])
+        .await;
     let r = call(&a, "GET", "/v1/stream/e?offset=-1&live=sse", &[], b"").await;
     assert_eq!(r.header("content-type"), Some("text/event-stream"));
     assert_eq!(r.header("stream-sse-data-encoding"), Some("base64"));
@@ -387,28 +193,12 @@ async fn sse_pairs_data_with_control_and_ends_at_eof() {
 async fn idempotent_producer_retries_are_exactly_once() {
     let a = default_app();
     call(&a, "PUT", "/v1/stream/p", &[TEXT], b"").await;
-    let h = |seq: &'static str| {
-        [
-            TEXT,
-            ("producer-id", "w"),
-            ("producer-epoch", "0"),
-            ("producer-seq", seq),
-        ]
-    };
-    assert_eq!(
-        call(&a, "POST", "/v1/stream/p", &h("0"), b"a").await.status,
-        StatusCode::OK
-    );
-    assert_eq!(
-        call(&a, "POST", "/v1/stream/p", &h("0"), b"a").await.status,
-        StatusCode::NO_CONTENT
-    );
+    let h = |seq: &'static str| [TEXT, ("producer-id", "w"), ("producer-epoch", "0"), ("producer-seq", seq)];
+    assert_eq!(call(&a, "POST", "/v1/stream/p", &h("0"), b"a").await.status, StatusCode::OK);
+    assert_eq!(call(&a, "POST", "/v1/stream/p", &h("0"), b"a").await.status, StatusCode::NO_CONTENT);
     let gap = call(&a, "POST", "/v1/stream/p", &h("2"), b"c").await;
     assert_eq!(gap.status, StatusCode::CONFLICT);
     assert_eq!(gap.header("producer-expected-seq"), Some("1"));
-    assert_eq!(
-        call(&a, "POST", "/v1/stream/p", &h("1"), b"b").await.status,
-        StatusCode::OK
-    );
+    assert_eq!(call(&a, "POST", "/v1/stream/p", &h("1"), b"b").await.status, StatusCode::OK);
     assert_eq!(call(&a, "GET", "/v1/stream/p", &[], b"").await.body, b"ab");
 }

@@ -18,9 +18,7 @@ pub fn next_cursor(now_ms: i64, client: Option<&str>, jitter_secs: u64) -> Strin
     let client = client.and_then(|c| c.parse::<u64>().ok());
     let value = match client {
         Some(c) if c >= current => {
-            let jitter_intervals = (jitter_secs.clamp(1, 3600) * 1000)
-                .div_ceil(INTERVAL_MS as u64)
-                .max(1);
+            let jitter_intervals = (jitter_secs.clamp(1, 3600) * 1000).div_ceil(INTERVAL_MS as u64).max(1);
             c.saturating_add(jitter_intervals)
         }
         _ => current,
@@ -37,10 +35,7 @@ mod tests {
     fn interval_number() {
         assert_eq!(next_cursor(CURSOR_EPOCH_MS + 45_000, None, 5), "2");
         assert_eq!(next_cursor(CURSOR_EPOCH_MS + 45_000, Some("1"), 5), "2");
-        assert_eq!(
-            next_cursor(CURSOR_EPOCH_MS + 45_000, Some("garbage"), 5),
-            "2"
-        );
+        assert_eq!(next_cursor(CURSOR_EPOCH_MS + 45_000, Some("garbage"), 5), "2");
     }
 
     proptest! {

@@ -17,26 +17,11 @@ pub fn fork_lifetime(source: Lifetime, requested: Lifetime) -> Lifetime {
 mod tests {
     use super::*;
 
-    const NONE: Lifetime = Lifetime {
-        ttl_secs: None,
-        expires_at_ms: None,
-    };
-    const TTL: Lifetime = Lifetime {
-        ttl_secs: Some(60),
-        expires_at_ms: None,
-    };
-    const TTL2: Lifetime = Lifetime {
-        ttl_secs: Some(5),
-        expires_at_ms: None,
-    };
-    const AT: Lifetime = Lifetime {
-        ttl_secs: None,
-        expires_at_ms: Some(1_000),
-    };
-    const AT2: Lifetime = Lifetime {
-        ttl_secs: None,
-        expires_at_ms: Some(9_000),
-    };
+    const NONE: Lifetime = Lifetime { ttl_secs: None, expires_at_ms: None };
+    const TTL: Lifetime = Lifetime { ttl_secs: Some(60), expires_at_ms: None };
+    const TTL2: Lifetime = Lifetime { ttl_secs: Some(5), expires_at_ms: None };
+    const AT: Lifetime = Lifetime { ttl_secs: None, expires_at_ms: Some(1_000) };
+    const AT2: Lifetime = Lifetime { ttl_secs: None, expires_at_ms: Some(9_000) };
 
     #[test]
     fn the_nine_rows() {

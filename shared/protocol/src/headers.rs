@@ -33,9 +33,8 @@ pub fn parse_ttl(value: &str) -> Result<u64, ProtocolError> {
 
 /// `Stream-Expires-At`: an RFC 3339 timestamp; returns epoch milliseconds.
 pub fn parse_expires_at(value: &str) -> Result<i64, ProtocolError> {
-    let at = OffsetDateTime::parse(value.trim(), &Rfc3339).map_err(|e| {
-        ProtocolError::InvalidExpiresAt(format!("{value:?} is not an RFC 3339 timestamp ({e})"))
-    })?;
+    let at = OffsetDateTime::parse(value.trim(), &Rfc3339)
+        .map_err(|e| ProtocolError::InvalidExpiresAt(format!("{value:?} is not an RFC 3339 timestamp ({e})")))?;
     i64::try_from(at.unix_timestamp_nanos() / 1_000_000)
         .map_err(|_| ProtocolError::InvalidExpiresAt(format!("{value:?} is out of range")))
 }
@@ -43,10 +42,7 @@ pub fn parse_expires_at(value: &str) -> Result<i64, ProtocolError> {
 /// Render epoch milliseconds as RFC 3339 (UTC, `Z`).
 pub fn format_rfc3339_ms(ms: i64) -> String {
     let nanos = i128::from(ms) * 1_000_000;
-    OffsetDateTime::from_unix_timestamp_nanos(nanos)
-        .ok()
-        .and_then(|t| t.format(&Rfc3339).ok())
-        .unwrap_or_default()
+    OffsetDateTime::from_unix_timestamp_nanos(nanos).ok().and_then(|t| t.format(&Rfc3339).ok()).unwrap_or_default()
 }
 
 /// The stream lifetime requested on create: TTL and absolute expiry exclude each other.
@@ -56,20 +52,11 @@ pub struct Lifetime {
     pub expires_at_ms: Option<i64>,
 }
 
-pub fn parse_lifetime(
-    ttl: Option<&str>,
-    expires_at: Option<&str>,
-) -> Result<Lifetime, ProtocolError> {
+pub fn parse_lifetime(ttl: Option<&str>, expires_at: Option<&str>) -> Result<Lifetime, ProtocolError> {
     match (ttl, expires_at) {
         (Some(_), Some(_)) => Err(ProtocolError::TtlAndExpiresAt),
-        (Some(t), None) => Ok(Lifetime {
-            ttl_secs: Some(parse_ttl(t)?),
-            expires_at_ms: None,
-        }),
-        (None, Some(e)) => Ok(Lifetime {
-            ttl_secs: None,
-            expires_at_ms: Some(parse_expires_at(e)?),
-        }),
+        (Some(t), None) => Ok(Lifetime { ttl_secs: Some(parse_ttl(t)?), expires_at_ms: None }),
+        (None, Some(e)) => Ok(Lifetime { ttl_secs: None, expires_at_ms: Some(parse_expires_at(e)?) }),
         (None, None) => Ok(Lifetime::default()),
     }
 }
@@ -98,15 +85,11 @@ pub fn parse_producer(
         (None, None, None) => Ok(None),
         (Some(id), Some(epoch), Some(seq)) => {
             if id.is_empty() {
-                return Err(ProtocolError::InvalidProducer(
-                    "Producer-Id must not be empty".into(),
-                ));
+                return Err(ProtocolError::InvalidProducer("Producer-Id must not be empty".into()));
             }
             let int = |name: &str, v: &str| {
                 parse_strict_u64(v).ok_or_else(|| {
-                    ProtocolError::InvalidProducer(format!(
-                        "{name} {v:?} must be an integer in 0..=2^53-1"
-                    ))
+                    ProtocolError::InvalidProducer(format!("{name} {v:?} must be an integer in 0..=2^53-1"))
                 })
             };
             Ok(Some(ProducerHeaders {
@@ -124,20 +107,13 @@ pub fn parse_producer(
 /// `Stream-Fork-Sub-Offset`: a non-negative integer.
 pub fn parse_sub_offset(value: &str) -> Result<u64, ProtocolError> {
     parse_strict_u64(value).ok_or_else(|| {
-        ProtocolError::InvalidFork(format!(
-            "Stream-Fork-Sub-Offset {value:?} must be a non-negative integer"
-        ))
+        ProtocolError::InvalidFork(format!("Stream-Fork-Sub-Offset {value:?} must be a non-negative integer"))
     })
 }
 
 /// A content type's essence (`type/subtype`), lowercased, without parameters.
 pub fn content_type_essence(value: &str) -> String {
-    value
-        .split(';')
-        .next()
-        .unwrap_or("")
-        .trim()
-        .to_ascii_lowercase()
+    value.split(';').next().unwrap_or("").trim().to_ascii_lowercase()
 }
 
 /// Check a content type is syntactically a MIME type (`type/subtype`).
@@ -149,9 +125,7 @@ pub fn validate_content_type(value: &str) -> Result<(), ProtocolError> {
     if ok {
         Ok(())
     } else {
-        Err(ProtocolError::InvalidContentType(format!(
-            "{value:?} is not a MIME type"
-        )))
+        Err(ProtocolError::InvalidContentType(format!("{value:?} is not a MIME type")))
     }
 }
 
@@ -174,17 +148,7 @@ mod tests {
     fn ttl_rules() {
         assert_eq!(parse_ttl("3600").unwrap(), 3600);
         assert_eq!(parse_ttl("0").unwrap(), 0);
-        for bad in [
-            "+3600",
-            "03600",
-            "3600.0",
-            "3.6e3",
-            "-1",
-            "",
-            " 1",
-            "abc",
-            "9007199254740992",
-        ] {
+        for bad in ["+3600", "03600", "3600.0", "3.6e3", "-1", "", " 1", "abc", "9007199254740992"] {
             assert!(parse_ttl(bad).is_err(), "{bad:?}");
         }
     }
@@ -195,10 +159,7 @@ mod tests {
         assert_eq!(parse_expires_at("1970-01-01T01:00:01+01:00").unwrap(), 1000);
         assert!(parse_expires_at("tomorrow").is_err());
         assert!(parse_expires_at("2025-13-01T00:00:00Z").is_err());
-        assert_eq!(
-            parse_lifetime(Some("1"), Some("1970-01-01T00:00:01Z")),
-            Err(ProtocolError::TtlAndExpiresAt)
-        );
+        assert_eq!(parse_lifetime(Some("1"), Some("1970-01-01T00:00:01Z")), Err(ProtocolError::TtlAndExpiresAt));
         assert_eq!(format_rfc3339_ms(1000), "1970-01-01T00:00:01Z");
     }
 
@@ -220,18 +181,13 @@ mod tests {
         assert!(parse_producer(Some("p"), Some("-1"), Some("0")).is_err());
         assert!(parse_producer(Some("p"), Some("1.5"), Some("0")).is_err());
         assert!(parse_producer(Some("p"), Some("0"), Some("9007199254740992")).is_err());
-        let p = parse_producer(Some("p"), Some("2"), Some("9007199254740991"))
-            .unwrap()
-            .unwrap();
+        let p = parse_producer(Some("p"), Some("2"), Some("9007199254740991")).unwrap().unwrap();
         assert_eq!((p.epoch, p.seq), (2, MAX_SAFE_INTEGER));
     }
 
     #[test]
     fn content_types() {
-        assert!(content_types_match(
-            "Text/Plain",
-            "text/plain; charset=utf-8"
-        ));
+        assert!(content_types_match("Text/Plain", "text/plain; charset=utf-8"));
         assert!(is_json("application/json; charset=utf-8"));
         assert!(validate_content_type("text/plain").is_ok());
         assert!(validate_content_type("garbage").is_err());

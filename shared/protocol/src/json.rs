@@ -23,15 +23,12 @@ pub enum EmptyArray {
 /// top-level array is flattened one level; any other value is one message.
 /// Returns the framed bytes (empty only for an allowed `[]`).
 pub fn frame_messages(body: &[u8], empty: EmptyArray) -> Result<Bytes, ProtocolError> {
-    let text = std::str::from_utf8(body)
-        .map_err(|_| ProtocolError::InvalidJson("body is not UTF-8".into()))?;
-    let value: &RawValue =
-        serde_json::from_str(text).map_err(|e| ProtocolError::InvalidJson(e.to_string()))?;
+    let text = std::str::from_utf8(body).map_err(|_| ProtocolError::InvalidJson("body is not UTF-8".into()))?;
+    let value: &RawValue = serde_json::from_str(text).map_err(|e| ProtocolError::InvalidJson(e.to_string()))?;
     let raw = value.get();
     let mut out = BytesMut::with_capacity(raw.len() + 1);
     if raw.starts_with('[') {
-        let items: Vec<&RawValue> =
-            serde_json::from_str(raw).map_err(|e| ProtocolError::InvalidJson(e.to_string()))?;
+        let items: Vec<&RawValue> = serde_json::from_str(raw).map_err(|e| ProtocolError::InvalidJson(e.to_string()))?;
         if items.is_empty() && empty == EmptyArray::Reject {
             return Err(ProtocolError::EmptyJsonArray);
         }
@@ -110,10 +107,7 @@ pub fn boundary_prefix(framed: &[u8], max: usize) -> usize {
     }
     match framed[..max].iter().rposition(|b| *b == b'\n') {
         Some(i) => i + 1,
-        None => framed
-            .iter()
-            .position(|b| *b == b'\n')
-            .map_or(framed.len(), |i| i + 1),
+        None => framed.iter().position(|b| *b == b'\n').map_or(framed.len(), |i| i + 1),
     }
 }
 
@@ -124,20 +118,12 @@ mod tests {
     use proptest::prelude::*;
 
     fn stored(body: &str) -> String {
-        String::from_utf8(
-            frame_messages(body.as_bytes(), EmptyArray::Reject)
-                .unwrap()
-                .to_vec(),
-        )
-        .unwrap()
+        String::from_utf8(frame_messages(body.as_bytes(), EmptyArray::Reject).unwrap().to_vec()).unwrap()
     }
 
     #[test]
     fn flattens_exactly_one_level() {
-        assert_eq!(
-            stored(r#"{"event": "created"}"#),
-            "{\"event\":\"created\"}\n"
-        );
+        assert_eq!(stored(r#"{"event": "created"}"#), "{\"event\":\"created\"}\n");
         assert_eq!(stored(r#"[{"a":1}, {"b":2}]"#), "{\"a\":1}\n{\"b\":2}\n");
         assert_eq!(stored("[[1,2], [3,4]]"), "[1,2]\n[3,4]\n");
         assert_eq!(stored("[[[1,2,3]]]"), "[[1,2,3]]\n");
@@ -146,14 +132,8 @@ mod tests {
 
     #[test]
     fn rejects_bad_json_and_empty_post_arrays() {
-        assert_eq!(
-            frame_messages(b"[]", EmptyArray::Reject),
-            Err(ProtocolError::EmptyJsonArray)
-        );
-        assert_eq!(
-            frame_messages(b" [ ] ", EmptyArray::Allow).unwrap().len(),
-            0
-        );
+        assert_eq!(frame_messages(b"[]", EmptyArray::Reject), Err(ProtocolError::EmptyJsonArray));
+        assert_eq!(frame_messages(b" [ ] ", EmptyArray::Allow).unwrap().len(), 0);
         assert!(frame_messages(b"{", EmptyArray::Allow).is_err());
         assert!(frame_messages(b"{} {}", EmptyArray::Allow).is_err());
         assert!(frame_messages(b"", EmptyArray::Allow).is_err());

@@ -28,9 +28,7 @@ impl Offset {
 
     /// Parse a server-minted offset token.
     pub fn parse(token: &str) -> Result<Self, ProtocolError> {
-        let bad = || {
-            ProtocolError::InvalidOffset(format!("{token:?} is not an offset this server issued"))
-        };
+        let bad = || ProtocolError::InvalidOffset(format!("{token:?} is not an offset this server issued"));
         if token.len() != LEN || token.as_bytes()[WIDTH] != b'_' {
             return Err(bad());
         }
@@ -67,9 +65,7 @@ impl ReadOffset {
         match values {
             [] => Ok(None),
             [v] => Self::parse(v).map(Some),
-            _ => Err(ProtocolError::InvalidOffset(
-                "offset given more than once".into(),
-            )),
+            _ => Err(ProtocolError::InvalidOffset("offset given more than once".into())),
         }
     }
 

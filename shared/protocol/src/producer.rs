@@ -29,53 +29,27 @@ pub fn decide(state: Option<State>, req: &ProducerHeaders) -> Decision {
     let Some(state) = state else {
         // A producer we have never seen starts its session at seq 0.
         return if req.seq == 0 {
-            Decision::Accept {
-                next: State {
-                    epoch: req.epoch,
-                    last_seq: 0,
-                },
-            }
+            Decision::Accept { next: State { epoch: req.epoch, last_seq: 0 } }
         } else {
-            Decision::Gap {
-                expected: 0,
-                received: req.seq,
-            }
+            Decision::Gap { expected: 0, received: req.seq }
         };
     };
     if req.epoch < state.epoch {
-        return Decision::StaleEpoch {
-            current: state.epoch,
-        };
+        return Decision::StaleEpoch { current: state.epoch };
     }
     if req.epoch > state.epoch {
         return if req.seq == 0 {
-            Decision::Accept {
-                next: State {
-                    epoch: req.epoch,
-                    last_seq: 0,
-                },
-            }
+            Decision::Accept { next: State { epoch: req.epoch, last_seq: 0 } }
         } else {
             Decision::NewEpochNonZeroSeq
         };
     }
     if req.seq <= state.last_seq {
-        Decision::Duplicate {
-            epoch: state.epoch,
-            last_seq: state.last_seq,
-        }
+        Decision::Duplicate { epoch: state.epoch, last_seq: state.last_seq }
     } else if req.seq == state.last_seq + 1 {
-        Decision::Accept {
-            next: State {
-                epoch: state.epoch,
-                last_seq: req.seq,
-            },
-        }
+        Decision::Accept { next: State { epoch: state.epoch, last_seq: req.seq } }
     } else {
-        Decision::Gap {
-            expected: state.last_seq + 1,
-            received: req.seq,
-        }
+        Decision::Gap { expected: state.last_seq + 1, received: req.seq }
     }
 }
 
@@ -85,69 +59,20 @@ mod tests {
     use proptest::prelude::*;
 
     fn req(epoch: u64, seq: u64) -> ProducerHeaders {
-        ProducerHeaders {
-            id: "p".into(),
-            epoch,
-            seq,
-        }
+        ProducerHeaders { id: "p".into(), epoch, seq }
     }
 
     #[test]
     fn table() {
-        let s = Some(State {
-            epoch: 1,
-            last_seq: 5,
-        });
-        assert_eq!(
-            decide(None, &req(0, 0)),
-            Decision::Accept {
-                next: State {
-                    epoch: 0,
-                    last_seq: 0
-                }
-            }
-        );
-        assert_eq!(
-            decide(None, &req(0, 3)),
-            Decision::Gap {
-                expected: 0,
-                received: 3
-            }
-        );
+        let s = Some(State { epoch: 1, last_seq: 5 });
+        assert_eq!(decide(None, &req(0, 0)), Decision::Accept { next: State { epoch: 0, last_seq: 0 } });
+        assert_eq!(decide(None, &req(0, 3)), Decision::Gap { expected: 0, received: 3 });
         assert_eq!(decide(s, &req(0, 9)), Decision::StaleEpoch { current: 1 });
         assert_eq!(decide(s, &req(2, 1)), Decision::NewEpochNonZeroSeq);
-        assert_eq!(
-            decide(s, &req(2, 0)),
-            Decision::Accept {
-                next: State {
-                    epoch: 2,
-                    last_seq: 0
-                }
-            }
-        );
-        assert_eq!(
-            decide(s, &req(1, 3)),
-            Decision::Duplicate {
-                epoch: 1,
-                last_seq: 5
-            }
-        );
-        assert_eq!(
-            decide(s, &req(1, 6)),
-            Decision::Accept {
-                next: State {
-                    epoch: 1,
-                    last_seq: 6
-                }
-            }
-        );
-        assert_eq!(
-            decide(s, &req(1, 8)),
-            Decision::Gap {
-                expected: 6,
-                received: 8
-            }
-        );
+        assert_eq!(decide(s, &req(2, 0)), Decision::Accept { next: State { epoch: 2, last_seq: 0 } });
+        assert_eq!(decide(s, &req(1, 3)), Decision::Duplicate { epoch: 1, last_seq: 5 });
+        assert_eq!(decide(s, &req(1, 6)), Decision::Accept { next: State { epoch: 1, last_seq: 6 } });
+        assert_eq!(decide(s, &req(1, 8)), Decision::Gap { expected: 6, received: 8 });
     }
 
     proptest! {

@@ -59,11 +59,7 @@ pub fn data_event(payload: &[u8], encoding: DataEncoding) -> Bytes {
                 };
                 // `data:` then the line; a line starting with a space gets one
                 // more, because SSE parsers strip one leading space.
-                out.put_slice(if line.starts_with(' ') {
-                    b"data: "
-                } else {
-                    b"data:"
-                });
+                out.put_slice(if line.starts_with(' ') { b"data: " } else { b"data:" });
                 out.put_slice(line.as_bytes());
                 out.put_u8(b'\n');
                 match next {
@@ -90,15 +86,9 @@ pub struct Control {
 pub fn control_event(c: &Control) -> Bytes {
     // Built by hand to keep the documented field order; offsets and cursors
     // are ASCII tokens we minted, escaped through serde_json all the same.
-    let mut json = format!(
-        "{{\"streamNextOffset\":{}",
-        serde_json::Value::from(c.next_offset.as_str())
-    );
+    let mut json = format!("{{\"streamNextOffset\":{}", serde_json::Value::from(c.next_offset.as_str()));
     if let Some(cursor) = &c.cursor {
-        json.push_str(&format!(
-            ",\"streamCursor\":{}",
-            serde_json::Value::from(cursor.as_str())
-        ));
+        json.push_str(&format!(",\"streamCursor\":{}", serde_json::Value::from(cursor.as_str())));
     }
     if c.up_to_date || c.closed {
         json.push_str(",\"upToDate\":true");
@@ -117,27 +107,18 @@ mod tests {
     fn parse_data(event: &[u8]) -> String {
         let s = std::str::from_utf8(event).unwrap_or_default();
         s.lines()
-            .filter_map(|l| {
-                l.strip_prefix("data:")
-                    .map(|d| d.strip_prefix(' ').unwrap_or(d))
-            })
+            .filter_map(|l| l.strip_prefix("data:").map(|d| d.strip_prefix(' ').unwrap_or(d)))
             .collect::<Vec<_>>()
             .join("\n")
     }
 
     #[test]
     fn text_lines_cannot_inject_events() {
-        let ev = data_event(
-            b"start\r\n\r\nevent: control\rdata: x\n\nend",
-            DataEncoding::Text,
-        );
+        let ev = data_event(b"start\r\n\r\nevent: control\rdata: x\n\nend", DataEncoding::Text);
         let s = std::str::from_utf8(&ev).unwrap_or_default();
         // Only the final blank line ends the event; every payload line is a data: line.
         assert_eq!(s.matches("\n\n").count(), 1);
-        assert!(s
-            .lines()
-            .skip(1)
-            .all(|l| l.is_empty() || l.starts_with("data:")));
+        assert!(s.lines().skip(1).all(|l| l.is_empty() || l.starts_with("data:")));
         assert_eq!(parse_data(&ev), "start\n\nevent: control\ndata: x\n\nend");
     }
 
@@ -146,30 +127,17 @@ mod tests {
         let payload: Vec<u8> = (0..=255).collect();
         let ev = data_event(&payload, DataEncoding::Base64);
         let joined = parse_data(&ev).replace('\n', "");
-        assert_eq!(
-            base64::engine::general_purpose::STANDARD
-                .decode(joined)
-                .unwrap_or_default(),
-            payload
-        );
-        assert_eq!(
-            DataEncoding::for_content_type("application/json; charset=utf-8"),
-            DataEncoding::Text
-        );
-        assert_eq!(
-            DataEncoding::for_content_type("image/png"),
-            DataEncoding::Base64
-        );
+        assert_eq!(base64::engine::general_purpose::STANDARD.decode(joined).unwrap_or_default(), payload);
+        assert_eq!(DataEncoding::for_content_type("application/json; charset=utf-8"), DataEncoding::Text);
+        assert_eq!(DataEncoding::for_content_type("image/png"), DataEncoding::Base64);
     }
 
     #[test]
     fn control_fields() {
-        let c = control_event(&Control {
-            next_offset: "o".into(),
-            cursor: None,
-            up_to_date: false,
-            closed: true,
-        });
-        assert_eq!(&c[..], b"event: control\ndata:{\"streamNextOffset\":\"o\",\"upToDate\":true,\"streamClosed\":true}\n\n");
+        let c = control_event(&Control { next_offset: "o".into(), cursor: None, up_to_date: false, closed: true });
+        assert_eq!(
+            &c[..],
+            b"event: control\ndata:{\"streamNextOffset\":\"o\",\"upToDate\":true,\"streamClosed\":true}\n\n"
+        );
     }
 }

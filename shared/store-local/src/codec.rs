@@ -18,9 +18,7 @@ pub(crate) fn decode_meta(path: &str, bytes: &[u8]) -> Result<StreamMeta, StoreE
     match bytes.split_first() {
         Some((&FORMAT_JSON_V1, json)) => serde_json::from_slice(json)
             .map_err(|e| StoreError::Backend(format!("corrupt meta record for {path}: {e}"))),
-        Some((format, _)) => Err(StoreError::Backend(format!(
-            "meta record for {path} has unknown format {format}"
-        ))),
+        Some((format, _)) => Err(StoreError::Backend(format!("meta record for {path} has unknown format {format}"))),
         None => Err(StoreError::Backend(format!("empty meta record for {path}"))),
     }
 }
@@ -45,10 +43,7 @@ mod tests {
         let m = meta();
         assert_eq!(decode_meta("a", &encode_meta(&m).unwrap()).unwrap(), m);
         for bad in [&b""[..], b"\x01{", b"\x02{}", b"\x01{\"path\":\"a\"}"] {
-            assert!(
-                matches!(decode_meta("a", bad), Err(StoreError::Backend(_))),
-                "{bad:?}"
-            );
+            assert!(matches!(decode_meta("a", bad), Err(StoreError::Backend(_))), "{bad:?}");
         }
     }
 }

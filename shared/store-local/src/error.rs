@@ -8,10 +8,7 @@ use ds_core::StoreError;
 #[derive(Debug, thiserror::Error)]
 pub enum OpenError {
     #[error("creating the store directory {dir}: {source}")]
-    CreateDir {
-        dir: PathBuf,
-        source: std::io::Error,
-    },
+    CreateDir { dir: PathBuf, source: std::io::Error },
     /// The database file could not be opened, recovered or initialised
     /// (including `DatabaseAlreadyOpen`: another handle holds it).
     #[error("opening the database: {0}")]

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use async_trait::async_trait;
-use ds_core::{Chunk, Commit, ProducerState, StoreError, StreamMeta, StreamStore};
+use ds_core::{Chunk, Commit, PendingCommit, ProducerState, StoreError, StreamMeta, StreamStore};
 use redb::{Database, ReadTransaction, ReadableDatabase};
 use tokio::sync::oneshot;
 
@@ -41,10 +41,7 @@ pub struct LocalStore {
 impl LocalStore {
     /// Open (creating if needed) the store in `dir`.
     pub fn open(dir: &Path) -> Result<Self, OpenError> {
-        std::fs::create_dir_all(dir).map_err(|source| OpenError::CreateDir {
-            dir: dir.to_owned(),
-            source,
-        })?;
+        std::fs::create_dir_all(dir).map_err(|source| OpenError::CreateDir { dir: dir.to_owned(), source })?;
         let db = Database::create(dir.join(DB_FILE)).map_err(redb::Error::from)?;
         // Create the tables once so read transactions can always open them.
         let txn = db.begin_write().map_err(redb::Error::from)?;
@@ -60,20 +57,13 @@ impl LocalStore {
         let counters = Arc::new(Counters::default());
         let (tx, rx) = channel();
         let writer = {
-            let (db, touches, counters) =
-                (Arc::clone(&db), Arc::clone(&touches), Arc::clone(&counters));
+            let (db, touches, counters) = (Arc::clone(&db), Arc::clone(&touches), Arc::clone(&counters));
             std::thread::Builder::new()
                 .name("ds-store-local-writer".into())
                 .spawn(move || writer::run(db, rx, touches, counters))
                 .map_err(OpenError::Writer)?
         };
-        Ok(Self {
-            db,
-            touches,
-            counters,
-            jobs: Some(tx),
-            writer: Some(writer),
-        })
+        Ok(Self { db, touches, counters, jobs: Some(tx), writer: Some(writer) })
     }
 
     /// What the writer has done so far (commits answered, fsyncs made).
@@ -113,9 +103,7 @@ impl StreamStore for LocalStore {
         // Overlay first, then the read transaction (see `touch` module docs).
         let touch = self.touches.get(path);
         let owned = path.to_owned();
-        let mut meta = self
-            .read(move |txn| tables::get_meta(&txn.open_table(META).map_err(storage)?, &owned))
-            .await?;
+        let mut meta = self.read(move |txn| tables::get_meta(&txn.open_table(META).map_err(storage)?, &owned)).await?;
         if let (Some(meta), Some(touch)) = (meta.as_mut(), touch) {
             touch.apply_to(meta);
         }
@@ -144,11 +132,7 @@ impl StreamStore for LocalStore {
         incarnation: &str,
         producer_id: &str,
     ) -> Result<Option<ProducerState>, StoreError> {
-        let key = (
-            path.to_owned(),
-            incarnation.to_owned(),
-            producer_id.to_owned(),
-        );
+        let key = (path.to_owned(), incarnation.to_owned(), producer_id.to_owned());
         self.read(move |txn| {
             let table = txn.open_table(PRODUCERS).map_err(storage)?;
             tables::get_producer(&table, &key.0, &key.1, &key.2)
@@ -157,18 +141,20 @@ impl StreamStore for LocalStore {
     }
 
     async fn commit(&self, commit: Commit) -> Result<(), StoreError> {
+        self.submit(commit).await?.await
+    }
+
+    /// Enqueue on the writer and return at once: the writer applies jobs in
+    /// channel order, so pipelined commits of one stream land in one batch.
+    async fn submit(&self, commit: Commit) -> Result<PendingCommit, StoreError> {
         let (ack, outcome) = oneshot::channel();
-        let jobs = self
-            .jobs
-            .as_ref()
-            .ok_or_else(|| StoreError::Unavailable("local store is closing".into()))?;
-        jobs.send(Job { commit, ack })
-            .map_err(|_| StoreError::Unavailable("local store writer has stopped".into()))?;
-        outcome.await.map_err(|_| {
-            StoreError::Backend(
-                "local store writer stopped before acknowledging (outcome unknown)".into(),
-            )
-        })?
+        let jobs = self.jobs.as_ref().ok_or_else(|| StoreError::Unavailable("local store is closing".into()))?;
+        jobs.send(Job { commit, ack }).map_err(|_| StoreError::Unavailable("local store writer has stopped".into()))?;
+        Ok(Box::pin(async move {
+            outcome.await.map_err(|_| {
+                StoreError::Backend("local store writer stopped before acknowledging (outcome unknown)".into())
+            })?
+        }))
     }
 
     async fn touch(&self, path: &str, incarnation: &str, at_ms: i64) -> Result<(), StoreError> {
@@ -176,21 +162,11 @@ impl StreamStore for LocalStore {
         Ok(())
     }
 
-    async fn list_streams(
-        &self,
-        after: Option<&str>,
-        limit: usize,
-    ) -> Result<Vec<StreamMeta>, StoreError> {
+    async fn list_streams(&self, after: Option<&str>, limit: usize) -> Result<Vec<StreamMeta>, StoreError> {
         let touches = self.touches.all();
         let after = after.map(str::to_owned);
         let mut metas = self
-            .read(move |txn| {
-                tables::list_metas(
-                    &txn.open_table(META).map_err(storage)?,
-                    after.as_deref(),
-                    limit,
-                )
-            })
+            .read(move |txn| tables::list_metas(&txn.open_table(META).map_err(storage)?, after.as_deref(), limit))
             .await?;
         for meta in &mut metas {
             if let Some(touch) = touches.get(&meta.path) {

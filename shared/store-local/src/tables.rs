@@ -21,8 +21,7 @@ pub(crate) type ProducerKey = (&'static str, &'static str, &'static str);
 
 pub(crate) const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
 pub(crate) const CHUNKS: TableDefinition<ChunkKey, &[u8]> = TableDefinition::new("chunks");
-pub(crate) const PRODUCERS: TableDefinition<ProducerKey, (u64, u64)> =
-    TableDefinition::new("producers");
+pub(crate) const PRODUCERS: TableDefinition<ProducerKey, (u64, u64)> = TableDefinition::new("producers");
 
 pub(crate) fn get_meta(
     table: &impl ReadableTable<&'static str, &'static [u8]>,
@@ -41,9 +40,7 @@ fn chunk_containing(
     incarnation: &str,
     pos: u64,
 ) -> Result<Option<(u64, u64)>, StoreError> {
-    let mut before = table
-        .range((path, incarnation, 0)..=(path, incarnation, pos))
-        .map_err(storage)?;
+    let mut before = table.range((path, incarnation, 0)..=(path, incarnation, pos)).map_err(storage)?;
     match before.next_back() {
         Some(entry) => {
             let (key, value) = entry.map_err(storage)?;
@@ -68,9 +65,7 @@ pub(crate) fn read_chunks(
     }
     // Begin at the chunk containing `from` (returned whole), else at `from`.
     let first = chunk_containing(table, path, incarnation, from)?.map_or(from, |(start, _)| start);
-    let range = table
-        .range((path, incarnation, first)..(path, incarnation, until))
-        .map_err(storage)?;
+    let range = table.range((path, incarnation, first)..(path, incarnation, until)).map_err(storage)?;
     let mut out: Vec<Chunk> = Vec::new();
     let mut total = 0usize;
     for entry in range {
@@ -80,10 +75,7 @@ pub(crate) fn read_chunks(
         let (key, value) = entry.map_err(storage)?;
         let data = Bytes::copy_from_slice(value.value());
         total = total.saturating_add(data.len());
-        out.push(Chunk {
-            start: key.value().2,
-            data,
-        });
+        out.push(Chunk { start: key.value().2, data });
     }
     Ok(out)
 }
@@ -94,9 +86,7 @@ pub(crate) fn get_producer(
     incarnation: &str,
     producer_id: &str,
 ) -> Result<Option<ProducerState>, StoreError> {
-    let found = table
-        .get((path, incarnation, producer_id))
-        .map_err(storage)?;
+    let found = table.get((path, incarnation, producer_id)).map_err(storage)?;
     Ok(found.map(|v| {
         let (epoch, last_seq) = v.value();
         ProducerState { epoch, last_seq }
@@ -110,9 +100,7 @@ pub(crate) fn list_metas(
     limit: usize,
 ) -> Result<Vec<StreamMeta>, StoreError> {
     let lower = after.map_or(Bound::Unbounded, Bound::Excluded);
-    let range = table
-        .range::<&str>((lower, Bound::Unbounded))
-        .map_err(storage)?;
+    let range = table.range::<&str>((lower, Bound::Unbounded)).map_err(storage)?;
     let mut out = Vec::new();
     for entry in range.take(limit) {
         let (key, value) = entry.map_err(storage)?;
@@ -144,37 +132,20 @@ impl<'txn> WriteTables<'txn> {
         for op in &commit.ops {
             match op {
                 Op::PutMeta { meta, .. } => {
-                    self.meta
-                        .insert(meta.path.as_str(), encode_meta(meta)?.as_slice())
-                        .map_err(storage)?;
+                    self.meta.insert(meta.path.as_str(), encode_meta(meta)?.as_slice()).map_err(storage)?;
                 }
                 // Empty chunks hold no bytes and would shadow a real chunk at
                 // the same start, so they are not stored.
                 Op::PutChunk { chunk, .. } if chunk.data.is_empty() => {}
-                Op::PutChunk {
-                    path,
-                    incarnation,
-                    chunk,
-                } => {
+                Op::PutChunk { path, incarnation, chunk } => {
                     let key = (path.as_str(), incarnation.as_str(), chunk.start);
-                    self.chunks
-                        .insert(key, chunk.data.as_ref())
-                        .map_err(storage)?;
+                    self.chunks.insert(key, chunk.data.as_ref()).map_err(storage)?;
                 }
-                Op::PutProducer {
-                    path,
-                    incarnation,
-                    producer_id,
-                    state,
-                } => {
+                Op::PutProducer { path, incarnation, producer_id, state } => {
                     let key = (path.as_str(), incarnation.as_str(), producer_id.as_str());
-                    self.producers
-                        .insert(key, (state.epoch, state.last_seq))
-                        .map_err(storage)?;
+                    self.producers.insert(key, (state.epoch, state.last_seq)).map_err(storage)?;
                 }
-                Op::DeleteStream {
-                    path, incarnation, ..
-                } => self.delete_stream(path, incarnation)?,
+                Op::DeleteStream { path, incarnation, .. } => self.delete_stream(path, incarnation)?,
             }
         }
         Ok(())
@@ -182,20 +153,11 @@ impl<'txn> WriteTables<'txn> {
 
     fn delete_stream(&mut self, path: &str, incarnation: &str) -> Result<(), StoreError> {
         self.meta.remove(path).map_err(storage)?;
-        self.chunks
-            .retain_in(
-                (path, incarnation, 0)..=(path, incarnation, u64::MAX),
-                |_, _| false,
-            )
-            .map_err(storage)?;
+        self.chunks.retain_in((path, incarnation, 0)..=(path, incarnation, u64::MAX), |_, _| false).map_err(storage)?;
         // Producer ids have no upper bound key: collect this incarnation's ids
         // (a handful per stream), then remove them.
         let mut ids = Vec::new();
-        for entry in self
-            .producers
-            .range((path, incarnation, "")..)
-            .map_err(storage)?
-        {
+        for entry in self.producers.range((path, incarnation, "")..).map_err(storage)? {
             let (key, _) = entry.map_err(storage)?;
             let (p, i, id) = key.value();
             if p != path || i != incarnation {
@@ -204,21 +166,14 @@ impl<'txn> WriteTables<'txn> {
             ids.push(id.to_owned());
         }
         for id in ids {
-            self.producers
-                .remove((path, incarnation, id.as_str()))
-                .map_err(storage)?;
+            self.producers.remove((path, incarnation, id.as_str())).map_err(storage)?;
         }
         Ok(())
     }
 
     /// Raise the stored `touched_at_ms` of `(path, incarnation)` to `at_ms`
     /// without a version bump. Returns whether anything was written.
-    pub(crate) fn apply_touch(
-        &mut self,
-        path: &str,
-        incarnation: &str,
-        at_ms: i64,
-    ) -> Result<bool, StoreError> {
+    pub(crate) fn apply_touch(&mut self, path: &str, incarnation: &str, at_ms: i64) -> Result<bool, StoreError> {
         let Some(mut meta) = get_meta(&self.meta, path)? else {
             return Ok(false);
         };
@@ -226,9 +181,7 @@ impl<'txn> WriteTables<'txn> {
             return Ok(false);
         }
         meta.touched_at_ms = at_ms;
-        self.meta
-            .insert(path, encode_meta(&meta)?.as_slice())
-            .map_err(storage)?;
+        self.meta.insert(path, encode_meta(&meta)?.as_slice()).map_err(storage)?;
         Ok(true)
     }
 }
@@ -238,20 +191,11 @@ impl StateView for WriteTables<'_> {
         Ok(get_meta(&self.meta, path)?.map(|m| (m.version, m.incarnation)))
     }
 
-    fn chunk_overlaps(
-        &self,
-        path: &str,
-        incarnation: &str,
-        start: u64,
-        end: u64,
-    ) -> Result<bool, StoreError> {
+    fn chunk_overlaps(&self, path: &str, incarnation: &str, start: u64, end: u64) -> Result<bool, StoreError> {
         if chunk_containing(&self.chunks, path, incarnation, start)?.is_some() {
             return Ok(true);
         }
-        let mut inside = self
-            .chunks
-            .range((path, incarnation, start)..(path, incarnation, end))
-            .map_err(storage)?;
+        let mut inside = self.chunks.range((path, incarnation, start)..(path, incarnation, end)).map_err(storage)?;
         Ok(inside.next().is_some())
     }
 }

@@ -49,13 +49,7 @@ impl TouchOverlay {
         match pending.get_mut(path) {
             Some(t) if t.incarnation == incarnation => t.at_ms = t.at_ms.max(at_ms),
             _ => {
-                pending.insert(
-                    path.to_owned(),
-                    Touch {
-                        incarnation: incarnation.to_owned(),
-                        at_ms,
-                    },
-                );
+                pending.insert(path.to_owned(), Touch { incarnation: incarnation.to_owned(), at_ms });
             }
         }
     }
@@ -75,10 +69,7 @@ impl TouchOverlay {
 
     /// What a flush should write.
     pub(crate) fn snapshot(&self) -> Vec<(String, Touch)> {
-        self.lock()
-            .iter()
-            .map(|(p, t)| (p.clone(), t.clone()))
-            .collect()
+        self.lock().iter().map(|(p, t)| (p.clone(), t.clone())).collect()
     }
 
     /// After the flush of `flushed` committed: drop the entries it covered,
@@ -104,13 +95,7 @@ mod tests {
         overlay.record("a", "i", 5);
         overlay.record("b", "j", 7);
         let flushed = overlay.snapshot();
-        assert_eq!(
-            overlay.get("a"),
-            Some(Touch {
-                incarnation: "i".into(),
-                at_ms: 10
-            })
-        );
+        assert_eq!(overlay.get("a"), Some(Touch { incarnation: "i".into(), at_ms: 10 }));
         overlay.record("a", "i", 20); // arrives while the flush is in flight
         overlay.forget(&flushed);
         assert_eq!(overlay.get("a").map(|t| t.at_ms), Some(20));

@@ -58,10 +58,7 @@ pub struct WriterStats {
 
 impl Counters {
     pub(crate) fn snapshot(&self) -> WriterStats {
-        WriterStats {
-            commits: self.commits.load(Ordering::Relaxed),
-            syncs: self.syncs.load(Ordering::Relaxed),
-        }
+        WriterStats { commits: self.commits.load(Ordering::Relaxed), syncs: self.syncs.load(Ordering::Relaxed) }
     }
 }
 
@@ -84,12 +81,7 @@ fn chunk_bytes(commit: &Commit) -> usize {
 
 /// The writer thread body: runs until every sender is gone, then flushes the
 /// pending touches and returns (dropping its handle on the database).
-pub(crate) fn run(
-    db: Arc<Database>,
-    jobs: Receiver<Job>,
-    touches: Arc<TouchOverlay>,
-    counters: Arc<Counters>,
-) {
+pub(crate) fn run(db: Arc<Database>, jobs: Receiver<Job>, touches: Arc<TouchOverlay>, counters: Arc<Counters>) {
     let mut last_flush = Instant::now();
     loop {
         let first = match jobs.recv_timeout(FLUSH_EVERY) {
@@ -140,9 +132,7 @@ fn write_batch(
     counters: &Counters,
 ) -> Vec<Result<(), StoreError>> {
     let flushed = touches.map(TouchOverlay::snapshot).unwrap_or_default();
-    counters
-        .commits
-        .fetch_add(commits.len() as u64, Ordering::Relaxed);
+    counters.commits.fetch_add(commits.len() as u64, Ordering::Relaxed);
     match try_write_batch(db, &commits, &flushed) {
         Ok((outcomes, synced)) => {
             if synced {
@@ -191,9 +181,7 @@ fn try_write_batch(
         txn.commit().map_err(|e| {
             // redb: a failed commit may or may not have become durable, so the
             // outcome is unknown: never report it as "nothing was written".
-            StoreError::Backend(format!(
-                "local store commit failed (outcome unknown, reopen the store): {e}"
-            ))
+            StoreError::Backend(format!("local store commit failed (outcome unknown, reopen the store): {e}"))
         })?;
     } else {
         txn.abort().map_err(storage)?;

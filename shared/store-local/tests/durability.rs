@@ -24,26 +24,9 @@ async fn acked_commit_survives_drop_without_shutdown() {
         let meta = create(&s, "drop/stream").await;
         let done = append(&s, "drop/stream", Bytes::from_static(b"acknowledged"), None).await;
         // A touch is only in memory until the next flush; dropping keeps it too.
-        s.store
-            .touch(
-                "drop/stream",
-                &meta.incarnation,
-                done.meta.touched_at_ms + 60_000,
-            )
-            .await
-            .unwrap();
-        let touched = s
-            .store
-            .read_meta("drop/stream")
-            .await
-            .unwrap()
-            .unwrap()
-            .touched_at_ms;
-        assert_eq!(
-            touched,
-            done.meta.touched_at_ms + 60_000,
-            "touch is visible at once"
-        );
+        s.store.touch("drop/stream", &meta.incarnation, done.meta.touched_at_ms + 60_000).await.unwrap();
+        let touched = s.store.read_meta("drop/stream").await.unwrap().unwrap().touched_at_ms;
+        assert_eq!(touched, done.meta.touched_at_ms + 60_000, "touch is visible at once");
         (meta.path, done.meta, touched)
         // `s` is dropped here: no close or flush call.
     };
@@ -51,10 +34,7 @@ async fn acked_commit_survives_drop_without_shutdown() {
     let meta = s.store.read_meta(&path).await.unwrap().unwrap();
     assert_eq!(meta.tail, acked.tail);
     assert_eq!(meta.version, acked.version);
-    assert_eq!(
-        meta.touched_at_ms, touched,
-        "pending touches are flushed when the store is dropped"
-    );
+    assert_eq!(meta.touched_at_ms, touched, "pending touches are flushed when the store is dropped");
     let chunks = read_all(&s, &path, &meta.incarnation, meta.tail).await;
     assert_eq!(chunks[0].data, Bytes::from_static(b"acknowledged"));
 }
@@ -70,17 +50,8 @@ async fn concurrent_commits_share_syncs_and_failures_stay_isolated() {
     for i in 0..128 {
         let store = Arc::clone(&store);
         tasks.push(tokio::spawn(async move {
-            let path = if i % 2 == 0 {
-                format!("group/{i}")
-            } else {
-                "group/contended".to_owned()
-            };
-            let commit = Commit {
-                ops: vec![Op::PutMeta {
-                    meta: new_meta(&path),
-                    expect: Expect::Absent,
-                }],
-            };
+            let path = if i % 2 == 0 { format!("group/{i}") } else { "group/contended".to_owned() };
+            let commit = Commit { ops: vec![Op::PutMeta { meta: new_meta(&path), expect: Expect::Absent }] };
             (i, store.commit(commit).await)
         }));
     }
@@ -95,16 +66,9 @@ async fn concurrent_commits_share_syncs_and_failures_stay_isolated() {
             (i, Err(e)) => panic!("commit {i} failed: {e}"),
         }
     }
-    assert_eq!(
-        contended_wins, 1,
-        "exactly one create of the contended path wins"
-    );
+    assert_eq!(contended_wins, 1, "exactly one create of the contended path wins");
     for i in (0..128).step_by(2) {
-        assert!(store
-            .read_meta(&format!("group/{i}"))
-            .await
-            .unwrap()
-            .is_some());
+        assert!(store.read_meta(&format!("group/{i}")).await.unwrap().is_some());
     }
     let after = store.stats();
     assert_eq!(after.commits - before.commits, 128);
@@ -122,9 +86,7 @@ async fn corrupt_meta_record_is_a_backend_error() {
         let db = redb::Database::create(dir.path().join(DB_FILE)).unwrap();
         let txn = db.begin_write().unwrap();
         {
-            let mut meta = txn
-                .open_table(redb::TableDefinition::<&str, &[u8]>::new("meta"))
-                .unwrap();
+            let mut meta = txn.open_table(redb::TableDefinition::<&str, &[u8]>::new("meta")).unwrap();
             meta.insert("bad/json", &b"\x01{not json"[..]).unwrap();
             meta.insert("bad/format", &b"\x09{}"[..]).unwrap();
             meta.insert("bad/empty", &b""[..]).unwrap();
@@ -134,38 +96,16 @@ async fn corrupt_meta_record_is_a_backend_error() {
     let store = LocalStore::open(dir.path()).unwrap();
     for path in ["bad/json", "bad/format", "bad/empty"] {
         let read = store.read_meta(path).await;
-        assert!(
-            matches!(read, Err(StoreError::Backend(_))),
-            "{path}: {read:?}"
-        );
+        assert!(matches!(read, Err(StoreError::Backend(_))), "{path}: {read:?}");
         let mut next = new_meta(path);
         next.version = 1;
-        let commit = Commit {
-            ops: vec![Op::PutMeta {
-                meta: next,
-                expect: Expect::Version(0),
-            }],
-        };
-        assert!(
-            matches!(store.commit(commit).await, Err(StoreError::Backend(_))),
-            "{path}: commit"
-        );
+        let commit = Commit { ops: vec![Op::PutMeta { meta: next, expect: Expect::Version(0) }] };
+        assert!(matches!(store.commit(commit).await, Err(StoreError::Backend(_))), "{path}: commit");
     }
-    assert!(matches!(
-        store.list_streams(None, 10).await,
-        Err(StoreError::Backend(_))
-    ));
+    assert!(matches!(store.list_streams(None, 10).await, Err(StoreError::Backend(_))));
     // The store stays usable for healthy records.
     let good = new_meta("good");
-    store
-        .commit(Commit {
-            ops: vec![Op::PutMeta {
-                meta: good.clone(),
-                expect: Expect::Absent,
-            }],
-        })
-        .await
-        .unwrap();
+    store.commit(Commit { ops: vec![Op::PutMeta { meta: good.clone(), expect: Expect::Absent }] }).await.unwrap();
     assert_eq!(store.read_meta("good").await.unwrap(), Some(good));
 }
 
@@ -183,11 +123,7 @@ fn payload(stream: usize, seq: u64) -> Bytes {
 /// The child: appends to `STREAMS` streams concurrently and prints one line
 /// per acknowledged commit, until killed (or, if orphaned, for at most 30 s).
 fn child_main(dir: &Path) -> ! {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     rt.block_on(async {
         let (s, _due) = local_substrate(dir).unwrap();
         let deadline = Instant::now() + Duration::from_secs(30);
@@ -202,17 +138,8 @@ fn child_main(dir: &Path) -> ! {
                     if Instant::now() > deadline {
                         break;
                     }
-                    let state = ProducerState {
-                        epoch: 0,
-                        last_seq: seq,
-                    };
-                    let done = append(
-                        &s,
-                        &format!("crash/{i}"),
-                        payload(i, seq),
-                        Some(("p", state)),
-                    )
-                    .await;
+                    let state = ProducerState { epoch: 0, last_seq: seq };
+                    let done = append(&s, &format!("crash/{i}"), payload(i, seq), Some(("p", state))).await;
                     println!("ACK {i} {seq} {}", done.position);
                 }
             }));
@@ -231,12 +158,7 @@ fn acked_commits_survive_kill_9() {
     }
     let dir = tempfile::tempdir().unwrap();
     let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "acked_commits_survive_kill_9",
-            "--exact",
-            "--nocapture",
-            "--test-threads=1",
-        ])
+        .args(["acked_commits_survive_kill_9", "--exact", "--nocapture", "--test-threads=1"])
         .env(CHILD_DIR_ENV, dir.path())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -258,61 +180,29 @@ fn acked_commits_survive_kill_9() {
     }
     child.kill().unwrap(); // SIGKILL: no destructor, flush or shutdown runs
     let status = child.wait().unwrap();
-    assert_eq!(
-        status.signal(),
-        Some(9),
-        "the child died of SIGKILL mid-run: {status:?}"
-    );
-    assert_eq!(
-        count, KILL_AFTER_ACKS,
-        "the child acknowledged enough commits before dying"
-    );
+    assert_eq!(status.signal(), Some(9), "the child died of SIGKILL mid-run: {status:?}");
+    assert_eq!(count, KILL_AFTER_ACKS, "the child acknowledged enough commits before dying");
 
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     rt.block_on(async {
         let (s, _due) = local_substrate(dir.path()).unwrap();
         for (i, acks) in acked.iter().enumerate() {
             let path = format!("crash/{i}");
-            let meta = s
-                .store
-                .read_meta(&path)
-                .await
-                .unwrap()
-                .expect("acknowledged stream exists");
+            let meta = s.store.read_meta(&path).await.unwrap().expect("acknowledged stream exists");
             let chunks = read_all(&s, &path, &meta.incarnation, meta.tail).await;
             assert_tiles(&chunks, meta.tail);
-            assert_eq!(
-                meta.version,
-                chunks.len() as u64,
-                "one version per stored append"
-            );
+            assert_eq!(meta.version, chunks.len() as u64, "one version per stored append");
             // Every stored chunk is this stream's next append (acked or not):
             // nothing torn, nothing out of order.
             for (seq, chunk) in chunks.iter().enumerate() {
                 assert_eq!(chunk.data, payload(i, seq as u64), "stream {i} chunk {seq}");
             }
             for &(seq, position) in acks {
-                let chunk = chunks
-                    .get(seq as usize)
-                    .expect("an acknowledged append survived");
-                assert_eq!(
-                    chunk.start, position,
-                    "stream {i} append {seq} at its acknowledged position"
-                );
+                let chunk = chunks.get(seq as usize).expect("an acknowledged append survived");
+                assert_eq!(chunk.start, position, "stream {i} append {seq} at its acknowledged position");
             }
-            let producer = s
-                .store
-                .read_producer(&path, &meta.incarnation, "p")
-                .await
-                .unwrap();
-            assert_eq!(
-                producer.map(|p| p.last_seq + 1),
-                Some(chunks.len() as u64).filter(|n| *n > 0)
-            );
+            let producer = s.store.read_producer(&path, &meta.incarnation, "p").await.unwrap();
+            assert_eq!(producer.map(|p| p.last_seq + 1), Some(chunks.len() as u64).filter(|n| *n > 0));
         }
     });
 }

@@ -79,12 +79,7 @@ impl HubSubscription for InProcSubscription {
                 Ok(Ok(())) => {
                     // A publish the reader already observed (it re-read the
                     // store after it) is not a reason to wake it again.
-                    if self
-                        .rx
-                        .borrow_and_update()
-                        .as_ref()
-                        .is_some_and(|s| may_differ(s, seen))
-                    {
+                    if self.rx.borrow_and_update().as_ref().is_some_and(|s| may_differ(s, seen)) {
                         return true;
                     }
                 }
@@ -105,12 +100,7 @@ mod tests {
     use super::*;
 
     fn sig(inc: &str, tail: u64) -> TailSignal {
-        TailSignal {
-            incarnation: inc.into(),
-            tail,
-            closed: false,
-            deleted: false,
-        }
+        TailSignal { incarnation: inc.into(), tail, closed: false, deleted: false }
     }
 
     #[test]

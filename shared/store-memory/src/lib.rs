@@ -37,9 +37,7 @@ pub use store::MemoryStore;
 /// Each call makes independent services: two substrates over one store behave
 /// like two processes sharing a database (their locks do not exclude each
 /// other; commit preconditions still serialize writers).
-pub fn in_process_substrate(
-    store: Arc<dyn StreamStore>,
-) -> (Substrate, UnboundedReceiver<ExpiryDue>) {
+pub fn in_process_substrate(store: Arc<dyn StreamStore>) -> (Substrate, UnboundedReceiver<ExpiryDue>) {
     let registry = Arc::new(InProcRegistry::new());
     let (scheduler, due) = InProcScheduler::new();
     let substrate = Substrate {

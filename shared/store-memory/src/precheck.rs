@@ -31,13 +31,7 @@ pub trait StateView {
     fn meta_version(&self, path: &str) -> Result<Option<(u64, String)>, StoreError>;
     /// Whether a stored chunk of `(path, incarnation)` overlaps `[start, end)`
     /// (`start < end`).
-    fn chunk_overlaps(
-        &self,
-        path: &str,
-        incarnation: &str,
-        start: u64,
-        end: u64,
-    ) -> Result<bool, StoreError>;
+    fn chunk_overlaps(&self, path: &str, incarnation: &str, start: u64, end: u64) -> Result<bool, StoreError>;
 }
 
 /// Check every precondition of `commit` against `view` (see module docs).
@@ -60,9 +54,7 @@ pub fn check_commit(commit: &Commit, view: &impl StateView) -> Result<(), StoreE
                     // without this a writer holding a deleted incarnation's meta
                     // could overwrite a re-created stream that reached the same
                     // version (ABA across writers that share no lock).
-                    (Expect::Version(v), Some((stored, inc))) => {
-                        *v == stored && inc == meta.incarnation
-                    }
+                    (Expect::Version(v), Some((stored, inc))) => *v == stored && inc == meta.incarnation,
                     _ => false,
                 };
                 if !holds {
@@ -70,32 +62,22 @@ pub fn check_commit(commit: &Commit, view: &impl StateView) -> Result<(), StoreE
                 }
                 staged.insert(&meta.path, Some((meta.version, &meta.incarnation)));
             }
-            Op::DeleteStream {
-                path,
-                incarnation,
-                expect_version,
-            } => {
+            Op::DeleteStream { path, incarnation, expect_version } => {
                 let current = current_version(&staged, view, path)?;
-                let holds =
-                    current.is_some_and(|(v, inc)| v == *expect_version && inc == *incarnation);
+                let holds = current.is_some_and(|(v, inc)| v == *expect_version && inc == *incarnation);
                 if !holds {
                     return Err(StoreError::Conflict);
                 }
                 staged.insert(path, None);
                 wiped.insert((path, incarnation));
             }
-            Op::PutChunk {
-                path,
-                incarnation,
-                chunk,
-            } => {
+            Op::PutChunk { path, incarnation, chunk } => {
                 if chunk.data.is_empty() {
                     continue;
                 }
                 let (start, end) = (chunk.start, chunk.end());
-                let clashes_written = written
-                    .iter()
-                    .any(|&(p, i, s, e)| p == path && i == incarnation && s < end && start < e);
+                let clashes_written =
+                    written.iter().any(|&(p, i, s, e)| p == path && i == incarnation && s < end && start < e);
                 let clashes_stored = !wiped.contains(&(path.as_str(), incarnation.as_str()))
                     && view.chunk_overlaps(path, incarnation, start, end)?;
                 if clashes_written || clashes_stored {
@@ -130,26 +112,14 @@ mod tests {
     use super::*;
 
     /// Stored metas by path, and stored chunks as (path, incarnation, start, end).
-    struct View(
-        HashMap<String, (u64, String)>,
-        Vec<(String, String, u64, u64)>,
-    );
+    struct View(HashMap<String, (u64, String)>, Vec<(String, String, u64, u64)>);
 
     impl StateView for View {
         fn meta_version(&self, path: &str) -> Result<Option<(u64, String)>, StoreError> {
             Ok(self.0.get(path).cloned())
         }
-        fn chunk_overlaps(
-            &self,
-            p: &str,
-            i: &str,
-            start: u64,
-            end: u64,
-        ) -> Result<bool, StoreError> {
-            Ok(self
-                .1
-                .iter()
-                .any(|(cp, ci, s, e)| cp == p && ci == i && *s < end && start < *e))
+        fn chunk_overlaps(&self, p: &str, i: &str, start: u64, end: u64) -> Result<bool, StoreError> {
+            Ok(self.1.iter().any(|(cp, ci, s, e)| cp == p && ci == i && *s < end && start < *e))
         }
     }
 
@@ -179,11 +149,7 @@ mod tests {
 
     fn chunk(start: u64, len: usize) -> Op {
         let data = bytes::Bytes::from(vec![0u8; len]);
-        Op::PutChunk {
-            path: "a".into(),
-            incarnation: "new".into(),
-            chunk: Chunk { start, data },
-        }
+        Op::PutChunk { path: "a".into(), incarnation: "new".into(), chunk: Chunk { start, data } }
     }
 
     fn check(view: &View, ops: Vec<Op>) -> bool {
@@ -192,35 +158,16 @@ mod tests {
 
     #[test]
     fn version_expectations_are_per_incarnation() {
-        let view = View(
-            HashMap::from([("a".to_owned(), (3, "new".to_owned()))]),
-            Vec::new(),
-        );
-        assert!(check(
-            &view,
-            vec![put(meta("a", "new", 4), Expect::Version(3))]
-        ));
-        assert!(!check(
-            &view,
-            vec![put(meta("a", "old", 4), Expect::Version(3))]
-        ));
+        let view = View(HashMap::from([("a".to_owned(), (3, "new".to_owned()))]), Vec::new());
+        assert!(check(&view, vec![put(meta("a", "new", 4), Expect::Version(3))]));
+        assert!(!check(&view, vec![put(meta("a", "old", 4), Expect::Version(3))]));
     }
 
     #[test]
     fn ops_see_the_earlier_ops_of_their_commit() {
-        let view = View(
-            HashMap::from([("a".to_owned(), (3, "old".to_owned()))]),
-            Vec::new(),
-        );
-        let delete = Op::DeleteStream {
-            path: "a".into(),
-            incarnation: "old".into(),
-            expect_version: 3,
-        };
-        assert!(check(
-            &view,
-            vec![delete.clone(), put(meta("a", "new", 0), Expect::Absent)]
-        ));
+        let view = View(HashMap::from([("a".to_owned(), (3, "old".to_owned()))]), Vec::new());
+        let delete = Op::DeleteStream { path: "a".into(), incarnation: "old".into(), expect_version: 3 };
+        assert!(check(&view, vec![delete.clone(), put(meta("a", "new", 0), Expect::Absent)]));
         assert!(!check(&view, vec![delete.clone(), delete]));
     }
 

@@ -90,10 +90,7 @@ impl StreamRegistry for InProcRegistry {
     }
 
     fn live_contexts(&self) -> usize {
-        lock_map(&self.map)
-            .values()
-            .filter(|w| w.strong_count() > 0)
-            .count()
+        lock_map(&self.map).values().filter(|w| w.strong_count() > 0).count()
     }
 }
 
@@ -109,18 +106,10 @@ mod tests {
         let _b = registry.enter("b");
         assert_eq!(registry.live_contexts(), 2);
         drop(a);
-        assert_eq!(
-            registry.live_contexts(),
-            2,
-            "a second lease keeps 'a' alive"
-        );
+        assert_eq!(registry.live_contexts(), 2, "a second lease keeps 'a' alive");
         drop(a2);
         assert_eq!(registry.live_contexts(), 1);
         assert!(registry.existing("a").is_none());
-        assert_eq!(
-            lock_map(&registry.map).len(),
-            1,
-            "evicted entries leave the map"
-        );
+        assert_eq!(lock_map(&registry.map).len(), 1, "evicted entries leave the map");
     }
 }

@@ -54,17 +54,8 @@ impl InProcScheduler {
     /// The scheduler and the receiver its alarms arrive on.
     pub fn new() -> (Self, UnboundedReceiver<ExpiryDue>) {
         let (tx, rx) = unbounded_channel();
-        let inner = Inner {
-            tx,
-            alarms: Mutex::new(HashMap::new()),
-            next_generation: AtomicU64::new(0),
-        };
-        (
-            Self {
-                inner: Arc::new(inner),
-            },
-            rx,
-        )
+        let inner = Inner { tx, alarms: Mutex::new(HashMap::new()), next_generation: AtomicU64::new(0) };
+        (Self { inner: Arc::new(inner) }, rx)
     }
 
     /// Number of armed alarms (for tests and metrics).
@@ -74,9 +65,8 @@ impl InProcScheduler {
 }
 
 fn delay_until(at_ms: i64) -> Duration {
-    let now_ms = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+    let now_ms =
+        SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
     Duration::from_millis(u64::try_from(at_ms.saturating_sub(now_ms)).unwrap_or(0))
 }
 
@@ -95,30 +85,14 @@ async fn fire(inner: Weak<Inner>, key: AlarmKey, generation: u64, delay: Duratio
 
 #[async_trait]
 impl ExpiryScheduler for InProcScheduler {
-    async fn schedule_at(
-        &self,
-        path: &str,
-        incarnation: &str,
-        at_ms: i64,
-    ) -> Result<(), StoreError> {
+    async fn schedule_at(&self, path: &str, incarnation: &str, at_ms: i64) -> Result<(), StoreError> {
         let key: AlarmKey = (path.to_owned(), incarnation.to_owned());
         let generation = self.inner.next_generation.fetch_add(1, Ordering::Relaxed);
         let mut alarms = lock(&self.inner.alarms);
         // Spawned while holding the map lock: the timer cannot look up its
         // entry before it is inserted.
-        let timer = tokio::spawn(fire(
-            Arc::downgrade(&self.inner),
-            key.clone(),
-            generation,
-            delay_until(at_ms),
-        ));
-        if let Some(old) = alarms.insert(
-            key,
-            Alarm {
-                generation,
-                timer: timer.abort_handle(),
-            },
-        ) {
+        let timer = tokio::spawn(fire(Arc::downgrade(&self.inner), key.clone(), generation, delay_until(at_ms)));
+        if let Some(old) = alarms.insert(key, Alarm { generation, timer: timer.abort_handle() }) {
             old.timer.abort();
         }
         Ok(())

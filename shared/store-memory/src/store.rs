@@ -38,11 +38,7 @@ impl State {
     }
 
     fn incarnation_mut(&mut self, path: &str, incarnation: &str) -> &mut IncarnationData {
-        self.data
-            .entry(path.to_owned())
-            .or_default()
-            .entry(incarnation.to_owned())
-            .or_default()
+        self.data.entry(path.to_owned()).or_default().entry(incarnation.to_owned()).or_default()
     }
 
     /// Apply one op whose precondition was already checked.
@@ -51,32 +47,17 @@ impl State {
             Op::PutMeta { meta, .. } => {
                 self.metas.insert(meta.path.clone(), meta);
             }
-            Op::PutChunk {
-                path,
-                incarnation,
-                chunk,
-            } => {
+            Op::PutChunk { path, incarnation, chunk } => {
                 // Empty chunks hold no bytes and would shadow a real chunk at
                 // the same start, so they are not stored.
                 if !chunk.data.is_empty() {
-                    self.incarnation_mut(&path, &incarnation)
-                        .chunks
-                        .insert(chunk.start, chunk.data);
+                    self.incarnation_mut(&path, &incarnation).chunks.insert(chunk.start, chunk.data);
                 }
             }
-            Op::PutProducer {
-                path,
-                incarnation,
-                producer_id,
-                state,
-            } => {
-                self.incarnation_mut(&path, &incarnation)
-                    .producers
-                    .insert(producer_id, state);
+            Op::PutProducer { path, incarnation, producer_id, state } => {
+                self.incarnation_mut(&path, &incarnation).producers.insert(producer_id, state);
             }
-            Op::DeleteStream {
-                path, incarnation, ..
-            } => {
+            Op::DeleteStream { path, incarnation, .. } => {
                 self.metas.remove(&path);
                 if let Some(by_incarnation) = self.data.get_mut(&path) {
                     by_incarnation.remove(&incarnation);
@@ -91,27 +72,14 @@ impl State {
 
 impl StateView for State {
     fn meta_version(&self, path: &str) -> Result<Option<(u64, String)>, StoreError> {
-        Ok(self
-            .metas
-            .get(path)
-            .map(|m| (m.version, m.incarnation.clone())))
+        Ok(self.metas.get(path).map(|m| (m.version, m.incarnation.clone())))
     }
 
-    fn chunk_overlaps(
-        &self,
-        path: &str,
-        incarnation: &str,
-        start: u64,
-        end: u64,
-    ) -> Result<bool, StoreError> {
+    fn chunk_overlaps(&self, path: &str, incarnation: &str, start: u64, end: u64) -> Result<bool, StoreError> {
         let Some(data) = self.incarnation(path, incarnation) else {
             return Ok(false);
         };
-        let before = data
-            .chunks
-            .range(..=start)
-            .next_back()
-            .is_some_and(|(s, d)| s + d.len() as u64 > start);
+        let before = data.chunks.range(..=start).next_back().is_some_and(|(s, d)| s + d.len() as u64 > start);
         let inside = data.chunks.range(start..end).next().is_some();
         Ok(before || inside)
     }
@@ -162,14 +130,8 @@ impl StreamStore for MemoryStore {
             return Ok(Vec::new());
         }
         // The chunk containing `from` (if any), then every chunk starting in (from, until).
-        let first = data
-            .chunks
-            .range(..=from)
-            .next_back()
-            .filter(|(s, d)| *s + d.len() as u64 > from);
-        let rest = data
-            .chunks
-            .range((Bound::Excluded(from), Bound::Excluded(until)));
+        let first = data.chunks.range(..=from).next_back().filter(|(s, d)| *s + d.len() as u64 > from);
+        let rest = data.chunks.range((Bound::Excluded(from), Bound::Excluded(until)));
         Ok(take_until_budget(first.into_iter().chain(rest), max_bytes))
     }
 
@@ -179,10 +141,7 @@ impl StreamStore for MemoryStore {
         incarnation: &str,
         producer_id: &str,
     ) -> Result<Option<ProducerState>, StoreError> {
-        Ok(self
-            .read()
-            .incarnation(path, incarnation)
-            .and_then(|d| d.producers.get(producer_id).copied()))
+        Ok(self.read().incarnation(path, incarnation).and_then(|d| d.producers.get(producer_id).copied()))
     }
 
     async fn commit(&self, commit: Commit) -> Result<(), StoreError> {
@@ -204,28 +163,16 @@ impl StreamStore for MemoryStore {
         Ok(())
     }
 
-    async fn list_streams(
-        &self,
-        after: Option<&str>,
-        limit: usize,
-    ) -> Result<Vec<StreamMeta>, StoreError> {
+    async fn list_streams(&self, after: Option<&str>, limit: usize) -> Result<Vec<StreamMeta>, StoreError> {
         let state = self.read();
         let lower = after.map_or(Bound::Unbounded, Bound::Excluded);
-        Ok(state
-            .metas
-            .range::<str, _>((lower, Bound::Unbounded))
-            .take(limit)
-            .map(|(_, m)| m.clone())
-            .collect())
+        Ok(state.metas.range::<str, _>((lower, Bound::Unbounded)).take(limit).map(|(_, m)| m.clone()).collect())
     }
 }
 
 /// Collect chunks in order until their total length reaches `max_bytes`,
 /// always keeping the first one (the [`StreamStore::read_chunks`] budget rule).
-fn take_until_budget<'a>(
-    chunks: impl Iterator<Item = (&'a u64, &'a Bytes)>,
-    max_bytes: usize,
-) -> Vec<Chunk> {
+fn take_until_budget<'a>(chunks: impl Iterator<Item = (&'a u64, &'a Bytes)>, max_bytes: usize) -> Vec<Chunk> {
     let mut out = Vec::new();
     let mut total = 0usize;
     for (start, data) in chunks {
@@ -233,10 +180,7 @@ fn take_until_budget<'a>(
             break;
         }
         total = total.saturating_add(data.len());
-        out.push(Chunk {
-            start: *start,
-            data: data.clone(),
-        });
+        out.push(Chunk { start: *start, data: data.clone() });
     }
     out
 }

@@ -28,11 +28,7 @@ fn payload(w: usize, seq: usize) -> Bytes {
 /// appear in its own order and its producer state is its last append.
 ///
 /// Use `writers >= 32` to meet the contract (the suite default is 32 × 6).
-pub async fn concurrent_appends_one_stream(
-    f: &dyn SubstrateFactory,
-    writers: usize,
-    appends_each: usize,
-) {
+pub async fn concurrent_appends_one_stream(f: &dyn SubstrateFactory, writers: usize, appends_each: usize) {
     assert!(writers > 0 && appends_each > 0);
     let mut instances: Vec<Substrate> = Vec::with_capacity(writers);
     for _ in 0..writers {
@@ -48,10 +44,7 @@ pub async fn concurrent_appends_one_stream(
             barrier.wait().await;
             let mut acked = Vec::with_capacity(appends_each);
             for seq in 0..appends_each {
-                let state = ProducerState {
-                    epoch: 0,
-                    last_seq: seq as u64,
-                };
+                let state = ProducerState { epoch: 0, last_seq: seq as u64 };
                 let producer = format!("writer-{w}");
                 let done = append(&s, &path, payload(w, seq), Some((&producer, state))).await;
                 acked.push((done.position, seq));
@@ -63,76 +56,36 @@ pub async fn concurrent_appends_one_stream(
     for (w, task) in tasks.into_iter().enumerate() {
         let acked = task.await.expect("writer task completes");
         let positions: Vec<u64> = acked.iter().map(|(p, _)| *p).collect();
-        assert!(
-            positions.windows(2).all(|p| p[0] < p[1]),
-            "writer {w}'s appends are in its own order"
-        );
+        assert!(positions.windows(2).all(|p| p[0] < p[1]), "writer {w}'s appends are in its own order");
         for (position, seq) in acked {
             let clash = by_position.insert(position, (w, seq));
-            assert!(
-                clash.is_none(),
-                "two appends got position {position}: {clash:?} and {:?}",
-                (w, seq)
-            );
+            assert!(clash.is_none(), "two appends got position {position}: {clash:?} and {:?}", (w, seq));
         }
     }
 
     let check = f.instance().await;
-    let stored = check
-        .store
-        .read_meta(&meta.path)
-        .await
-        .expect("read_meta")
-        .expect("stream exists");
-    let total: u64 = (0..writers)
-        .flat_map(|w| (0..appends_each).map(move |seq| payload(w, seq).len() as u64))
-        .sum();
+    let stored = check.store.read_meta(&meta.path).await.expect("read_meta").expect("stream exists");
+    let total: u64 = (0..writers).flat_map(|w| (0..appends_each).map(move |seq| payload(w, seq).len() as u64)).sum();
     assert_eq!(stored.tail, total, "tail = sum of appended lengths");
-    assert_eq!(
-        stored.version,
-        (writers * appends_each) as u64,
-        "one version per append"
-    );
+    assert_eq!(stored.version, (writers * appends_each) as u64, "one version per append");
     let chunks = read_all(&check, &meta.path, &meta.incarnation, stored.tail).await;
     assert_tiles(&chunks, stored.tail);
-    assert_eq!(
-        chunks.len(),
-        writers * appends_each,
-        "one chunk per acknowledged append"
-    );
+    assert_eq!(chunks.len(), writers * appends_each, "one chunk per acknowledged append");
     for chunk in &chunks {
         let (w, seq) = by_position[&chunk.start];
-        assert_eq!(
-            chunk.data,
-            payload(w, seq),
-            "bytes at {} are writer {w}'s append {seq}",
-            chunk.start
-        );
+        assert_eq!(chunk.data, payload(w, seq), "bytes at {} are writer {w}'s append {seq}", chunk.start);
     }
     for w in 0..writers {
-        let p = check
-            .store
-            .read_producer(&meta.path, &meta.incarnation, &format!("writer-{w}"))
-            .await;
-        let p = p
-            .expect("read_producer")
-            .expect("every writer's producer state exists");
-        assert_eq!(
-            p.last_seq,
-            appends_each as u64 - 1,
-            "writer {w}'s producer state is its last append"
-        );
+        let p = check.store.read_producer(&meta.path, &meta.incarnation, &format!("writer-{w}")).await;
+        let p = p.expect("read_producer").expect("every writer's producer state exists");
+        assert_eq!(p.last_seq, appends_each as u64 - 1, "writer {w}'s producer state is its last append");
     }
 }
 
 /// Rounds of `racers` instances all committing an append built from the SAME
 /// read (no lock taken): exactly one wins each round, and the losers leave no
 /// chunk, producer or meta change behind.
-pub async fn concurrent_commits_all_or_nothing(
-    f: &dyn SubstrateFactory,
-    racers: usize,
-    rounds: usize,
-) {
+pub async fn concurrent_commits_all_or_nothing(f: &dyn SubstrateFactory, racers: usize, rounds: usize) {
     assert!(racers > 1 && rounds > 0);
     let mut instances = Vec::with_capacity(racers);
     for _ in 0..racers {
@@ -141,12 +94,7 @@ pub async fn concurrent_commits_all_or_nothing(
     let meta = create(&instances[0], &unique_path("racing-commits")).await;
     let mut winners = Vec::with_capacity(rounds);
     for round in 0..rounds {
-        let base = instances[0]
-            .store
-            .read_meta(&meta.path)
-            .await
-            .expect("read_meta")
-            .expect("exists");
+        let base = instances[0].store.read_meta(&meta.path).await.expect("read_meta").expect("exists");
         let barrier = Arc::new(Barrier::new(racers));
         let mut tasks = Vec::with_capacity(racers);
         for (r, s) in instances.iter().enumerate() {
@@ -154,10 +102,7 @@ pub async fn concurrent_commits_all_or_nothing(
             tasks.push(tokio::spawn(async move {
                 let data = payload(r, round);
                 let producer = format!("racer-{r}");
-                let state = ProducerState {
-                    epoch: 0,
-                    last_seq: round as u64,
-                };
+                let state = ProducerState { epoch: 0, last_seq: round as u64 };
                 let (commit, _) = append_commit(&base, &data, Some((&producer, state)));
                 barrier.wait().await;
                 s.store.commit(commit).await
@@ -171,32 +116,14 @@ pub async fn concurrent_commits_all_or_nothing(
                 Err(e) => panic!("racer {r} failed: {e}"),
             }
         }
-        assert_eq!(
-            won.len(),
-            1,
-            "exactly one of the racing commits wins round {round}: {won:?}"
-        );
+        assert_eq!(won.len(), 1, "exactly one of the racing commits wins round {round}: {won:?}");
         winners.push(won[0]);
 
         let s = &instances[0];
-        let after = s
-            .store
-            .read_meta(&meta.path)
-            .await
-            .expect("read_meta")
-            .expect("exists");
+        let after = s.store.read_meta(&meta.path).await.expect("read_meta").expect("exists");
         assert_eq!(after.version, base.version + 1);
         assert_eq!(after.tail, base.tail + payload(won[0], round).len() as u64);
-        let chunks = s
-            .store
-            .read_chunks(
-                &meta.path,
-                &meta.incarnation,
-                base.tail,
-                u64::MAX,
-                usize::MAX,
-            )
-            .await;
+        let chunks = s.store.read_chunks(&meta.path, &meta.incarnation, base.tail, u64::MAX, usize::MAX).await;
         let chunks = chunks.expect("read_chunks");
         assert_eq!(chunks.len(), 1, "only the winner's chunk is stored");
         assert_eq!(chunks[0].data, payload(won[0], round));
@@ -204,26 +131,11 @@ pub async fn concurrent_commits_all_or_nothing(
     // Losers never left producer state: each racer's state names only rounds it won.
     let s = &instances[0];
     for r in 0..racers {
-        let p = s
-            .store
-            .read_producer(&meta.path, &meta.incarnation, &format!("racer-{r}"))
-            .await
-            .expect("read_producer");
+        let p =
+            s.store.read_producer(&meta.path, &meta.incarnation, &format!("racer-{r}")).await.expect("read_producer");
         let last_win = winners.iter().rposition(|w| *w == r);
-        assert_eq!(
-            p.map(|p| p.last_seq as usize),
-            last_win,
-            "racer {r}'s producer state"
-        );
+        assert_eq!(p.map(|p| p.last_seq as usize), last_win, "racer {r}'s producer state");
     }
-    let m = s
-        .store
-        .read_meta(&meta.path)
-        .await
-        .expect("read_meta")
-        .expect("exists");
-    assert_tiles(
-        &read_all(s, &meta.path, &meta.incarnation, m.tail).await,
-        m.tail,
-    );
+    let m = s.store.read_meta(&meta.path).await.expect("read_meta").expect("exists");
+    assert_tiles(&read_all(s, &meta.path, &meta.incarnation, m.tail).await, m.tail);
 }

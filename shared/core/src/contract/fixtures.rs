@@ -10,9 +10,7 @@ use crate::{Chunk, Commit, Expect, Op, ProducerState, StoreError, StreamMeta, Su
 
 /// Wall-clock epoch milliseconds.
 pub fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 /// A path no other test (or earlier run over the same storage) uses.
@@ -45,43 +43,25 @@ pub fn new_meta(path: &str) -> StreamMeta {
 /// Commit a fresh stream at `path` (`Expect::Absent`) and return its meta.
 pub async fn create(s: &Substrate, path: &str) -> StreamMeta {
     let meta = new_meta(path);
-    let commit = Commit {
-        ops: vec![Op::PutMeta {
-            meta: meta.clone(),
-            expect: Expect::Absent,
-        }],
-    };
-    s.store
-        .commit(commit)
-        .await
-        .expect("creating a fresh stream commits");
+    let commit = Commit { ops: vec![Op::PutMeta { meta: meta.clone(), expect: Expect::Absent }] };
+    s.store.commit(commit).await.expect("creating a fresh stream commits");
     meta
 }
 
 /// The commit the core builds for one append on top of `meta`: the next meta
 /// (version + 1, tail + len), the chunk at the old tail and, optionally, the
 /// producer state — all under `Expect::Version(meta.version)`.
-pub fn append_commit(
-    meta: &StreamMeta,
-    data: &Bytes,
-    producer: Option<(&str, ProducerState)>,
-) -> (Commit, StreamMeta) {
+pub fn append_commit(meta: &StreamMeta, data: &Bytes, producer: Option<(&str, ProducerState)>) -> (Commit, StreamMeta) {
     let mut next = meta.clone();
     next.version += 1;
     next.tail += data.len() as u64;
     next.touched_at_ms = now_ms().max(meta.touched_at_ms);
     let mut commit = Commit::new();
-    commit.push(Op::PutMeta {
-        meta: next.clone(),
-        expect: Expect::Version(meta.version),
-    });
+    commit.push(Op::PutMeta { meta: next.clone(), expect: Expect::Version(meta.version) });
     commit.push(Op::PutChunk {
         path: meta.path.clone(),
         incarnation: meta.incarnation.clone(),
-        chunk: Chunk {
-            start: meta.tail,
-            data: data.clone(),
-        },
+        chunk: Chunk { start: meta.tail, data: data.clone() },
     });
     if let Some((id, state)) = producer {
         commit.push(Op::PutProducer {
@@ -112,21 +92,12 @@ pub const MAX_ATTEMPTS: u32 = 20_000;
 /// The core's append loop: lock → read_meta → commit; on `Conflict` drop the
 /// guard, back off briefly and retry from the read. Publishes after `Ok`.
 /// Panics if the stream is missing or the store fails otherwise.
-pub async fn append(
-    s: &Substrate,
-    path: &str,
-    data: Bytes,
-    producer: Option<(&str, ProducerState)>,
-) -> Appended {
+pub async fn append(s: &Substrate, path: &str, data: Bytes, producer: Option<(&str, ProducerState)>) -> Appended {
     let mut conflicts = 0u32;
     loop {
         let guard = s.mutex.lock(path).await;
-        let meta = s
-            .store
-            .read_meta(path)
-            .await
-            .expect("read_meta succeeds")
-            .expect("the stream being appended to exists");
+        let meta =
+            s.store.read_meta(path).await.expect("read_meta succeeds").expect("the stream being appended to exists");
         let (commit, next) = append_commit(&meta, &data, producer);
         // The core validates here. Yielding stands in for that work and makes
         // writers on separate instances interleave between read and commit
@@ -136,19 +107,12 @@ pub async fn append(
             Ok(()) => {
                 drop(guard);
                 s.hub.publish(path, crate::TailSignal::of(&next));
-                return Appended {
-                    position: meta.tail,
-                    meta: next,
-                    conflicts,
-                };
+                return Appended { position: meta.tail, meta: next, conflicts };
             }
             Err(StoreError::Conflict) => {
                 drop(guard);
                 conflicts += 1;
-                assert!(
-                    conflicts < MAX_ATTEMPTS,
-                    "append to {path} starved after {conflicts} conflicts"
-                );
+                assert!(conflicts < MAX_ATTEMPTS, "append to {path} starved after {conflicts} conflicts");
                 backoff(conflicts).await;
             }
             Err(e) => panic!("append to {path} failed: {e}"),
@@ -169,11 +133,7 @@ pub async fn read_all(s: &Substrate, path: &str, incarnation: &str, until: u64) 
     let mut out: Vec<Chunk> = Vec::new();
     let mut from = 0u64;
     while from < until {
-        let page = s
-            .store
-            .read_chunks(path, incarnation, from, until, 256)
-            .await
-            .expect("read_chunks succeeds");
+        let page = s.store.read_chunks(path, incarnation, from, until, 256).await.expect("read_chunks succeeds");
         let Some(last) = page.last() else { break };
         from = last.end();
         out.extend(page);
@@ -186,10 +146,7 @@ pub async fn read_all(s: &Substrate, path: &str, incarnation: &str, until: u64) 
 pub fn assert_tiles(chunks: &[Chunk], tail: u64) {
     let mut expected_start = 0u64;
     for c in chunks {
-        assert_eq!(
-            c.start, expected_start,
-            "chunks must be contiguous and non-overlapping"
-        );
+        assert_eq!(c.start, expected_start, "chunks must be contiguous and non-overlapping");
         assert!(!c.data.is_empty(), "stored chunks are never empty");
         expected_start = c.end();
     }

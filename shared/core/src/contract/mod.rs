@@ -44,17 +44,14 @@ use async_trait::async_trait;
 use crate::Substrate;
 
 pub use concurrency::{concurrent_appends_one_stream, concurrent_commits_all_or_nothing};
-pub use records::{
-    list_streams_pages, meta_roundtrip, read_chunks_ranges, rich_meta, touch_without_version_bump,
-};
+pub use records::{list_streams_pages, meta_roundtrip, read_chunks_ranges, rich_meta, touch_without_version_bump};
 pub use restart::restart_keeps_committed;
 pub use services::{
     hub_deadline, hub_no_missed_wakeup, hub_wakes_after_commit, mutex_serializes, registry_bounded,
     scheduler_accepts_calls, scheduler_fires,
 };
 pub use store::{
-    commit_all_or_nothing, create_expect_absent, delete_and_recreate, expect_version,
-    producer_and_data_atomic,
+    commit_all_or_nothing, create_expect_absent, delete_and_recreate, expect_version, producer_and_data_atomic,
 };
 
 /// Makes instances of the substrate under test, all over one backing storage.
@@ -93,12 +90,7 @@ pub struct SuiteOptions {
 
 impl Default for SuiteOptions {
     fn default() -> Self {
-        Self {
-            writers: 32,
-            appends_each: 6,
-            scheduler_calls: true,
-            in_process_services: true,
-        }
+        Self { writers: 32, appends_each: 6, scheduler_calls: true, in_process_services: true }
     }
 }
 

@@ -13,83 +13,29 @@ pub async fn touch_without_version_bump(f: &dyn SubstrateFactory) {
     let s = f.instance().await;
     let meta = create(&s, &unique_path("touch")).await;
     let t1 = meta.touched_at_ms + 5_000;
-    s.store
-        .touch(&meta.path, &meta.incarnation, t1)
-        .await
-        .expect("touch");
-    let m = s
-        .store
-        .read_meta(&meta.path)
-        .await
-        .expect("read_meta")
-        .expect("exists");
+    s.store.touch(&meta.path, &meta.incarnation, t1).await.expect("touch");
+    let m = s.store.read_meta(&meta.path).await.expect("read_meta").expect("exists");
     assert!(m.touched_at_ms >= t1, "touch is visible to the next read");
     assert_eq!(m.version, meta.version, "touch never bumps the version");
-    s.store
-        .touch(&meta.path, &meta.incarnation, t1 - 3_000)
-        .await
-        .expect("touch");
-    let m = s
-        .store
-        .read_meta(&meta.path)
-        .await
-        .expect("read_meta")
-        .expect("exists");
+    s.store.touch(&meta.path, &meta.incarnation, t1 - 3_000).await.expect("touch");
+    let m = s.store.read_meta(&meta.path).await.expect("read_meta").expect("exists");
     assert!(m.touched_at_ms >= t1, "touched_at_ms never moves backwards");
 
     let other = create(&s, &unique_path("touch-other")).await;
-    s.store
-        .touch(
-            &other.path,
-            "another-incarnation",
-            other.touched_at_ms + 9_000,
-        )
-        .await
-        .expect("touch");
-    let o = s
-        .store
-        .read_meta(&other.path)
-        .await
-        .expect("read_meta")
-        .expect("exists");
-    assert_eq!(
-        o.touched_at_ms, other.touched_at_ms,
-        "a touch of another incarnation is ignored"
-    );
+    s.store.touch(&other.path, "another-incarnation", other.touched_at_ms + 9_000).await.expect("touch");
+    let o = s.store.read_meta(&other.path).await.expect("read_meta").expect("exists");
+    assert_eq!(o.touched_at_ms, other.touched_at_ms, "a touch of another incarnation is ignored");
     let missing = unique_path("touch-missing");
-    s.store
-        .touch(&missing, "x", now_ms())
-        .await
-        .expect("touching a missing stream is fine");
-    assert_eq!(
-        s.store.read_meta(&missing).await.expect("read_meta"),
-        None,
-        "touch never creates"
-    );
+    s.store.touch(&missing, "x", now_ms()).await.expect("touching a missing stream is fine");
+    assert_eq!(s.store.read_meta(&missing).await.expect("read_meta"), None, "touch never creates");
 
     let mut next = meta.clone();
     next.version += 1;
     next.touched_at_ms = t1 + 10_000;
-    let commit = Commit {
-        ops: vec![Op::PutMeta {
-            meta: next.clone(),
-            expect: Expect::Version(meta.version),
-        }],
-    };
-    s.store
-        .commit(commit)
-        .await
-        .expect("the version read before the touch still commits");
-    let m = s
-        .store
-        .read_meta(&meta.path)
-        .await
-        .expect("read_meta")
-        .expect("exists");
-    assert_eq!(
-        m.touched_at_ms, next.touched_at_ms,
-        "PutMeta sets the core's touched_at_ms"
-    );
+    let commit = Commit { ops: vec![Op::PutMeta { meta: next.clone(), expect: Expect::Version(meta.version) }] };
+    s.store.commit(commit).await.expect("the version read before the touch still commits");
+    let m = s.store.read_meta(&meta.path).await.expect("read_meta").expect("exists");
+    assert_eq!(m.touched_at_ms, next.touched_at_ms, "PutMeta sets the core's touched_at_ms");
 }
 
 /// `list_streams` returns metas in byte-wise path order, strictly after
@@ -103,31 +49,17 @@ pub async fn list_streams_pages(f: &dyn SubstrateFactory) {
         created.push(create(&s, &format!("{prefix}/{name}")).await);
     }
     let gone = created.remove(1);
-    let delete = Op::DeleteStream {
-        path: gone.path.clone(),
-        incarnation: gone.incarnation.clone(),
-        expect_version: 0,
-    };
-    s.store
-        .commit(Commit { ops: vec![delete] })
-        .await
-        .expect("delete");
+    let delete = Op::DeleteStream { path: gone.path.clone(), incarnation: gone.incarnation.clone(), expect_version: 0 };
+    s.store.commit(Commit { ops: vec![delete] }).await.expect("delete");
     created.sort_by(|x, y| x.path.cmp(&y.path));
 
     let mut seen: Vec<StreamMeta> = Vec::new();
     let mut after = prefix.clone();
     'pages: loop {
-        let page = s
-            .store
-            .list_streams(Some(&after), 3)
-            .await
-            .expect("list_streams");
+        let page = s.store.list_streams(Some(&after), 3).await.expect("list_streams");
         assert!(page.len() <= 3, "a page never exceeds the limit");
         for m in &page {
-            assert!(
-                m.path > after,
-                "entries come strictly after `after`, in path order"
-            );
+            assert!(m.path > after, "entries come strictly after `after`, in path order");
             if !m.path.starts_with(&format!("{prefix}/")) {
                 break 'pages;
             }
@@ -138,18 +70,8 @@ pub async fn list_streams_pages(f: &dyn SubstrateFactory) {
             break;
         }
     }
-    assert_eq!(
-        seen, created,
-        "every live stream of the prefix, in byte-wise path order"
-    );
-    assert!(
-        s.store
-            .list_streams(None, 0)
-            .await
-            .expect("list_streams")
-            .is_empty(),
-        "limit 0 is empty"
-    );
+    assert_eq!(seen, created, "every live stream of the prefix, in byte-wise path order");
+    assert!(s.store.list_streams(None, 0).await.expect("list_streams").is_empty(), "limit 0 is empty");
 }
 
 /// `read_chunks` returns the chunk containing `from` whole, stops before
@@ -165,62 +87,27 @@ pub async fn read_chunks_ranges(f: &dyn SubstrateFactory) {
         let store = &s.store;
         let (p, i) = (meta.path.clone(), meta.incarnation.clone());
         async move {
-            let chunks = store
-                .read_chunks(&p, &i, from, until, max)
-                .await
-                .expect("read_chunks");
-            chunks
-                .iter()
-                .map(|c| (c.start, c.data.len()))
-                .collect::<Vec<_>>()
+            let chunks = store.read_chunks(&p, &i, from, until, max).await.expect("read_chunks");
+            chunks.iter().map(|c| (c.start, c.data.len())).collect::<Vec<_>>()
         }
     };
-    assert_eq!(
-        read(6, 20, usize::MAX).await,
-        vec![(5, 3), (8, 7), (15, 1), (16, 4)]
-    );
+    assert_eq!(read(6, 20, usize::MAX).await, vec![(5, 3), (8, 7), (15, 1), (16, 4)]);
     assert_eq!(read(8, 16, usize::MAX).await, vec![(8, 7), (15, 1)]);
-    assert_eq!(
-        read(0, 20, 1).await,
-        vec![(0, 5)],
-        "at least one chunk even over budget"
-    );
-    assert_eq!(
-        read(0, 20, 6).await,
-        vec![(0, 5), (5, 3)],
-        "stops once the budget is reached"
-    );
-    assert_eq!(
-        read(20, 100, usize::MAX).await,
-        vec![],
-        "nothing at or past the tail"
-    );
+    assert_eq!(read(0, 20, 1).await, vec![(0, 5)], "at least one chunk even over budget");
+    assert_eq!(read(0, 20, 6).await, vec![(0, 5), (5, 3)], "stops once the budget is reached");
+    assert_eq!(read(20, 100, usize::MAX).await, vec![], "nothing at or past the tail");
     assert_eq!(read(3, 3, usize::MAX).await, vec![], "empty range");
-    let other = s
-        .store
-        .read_chunks(&meta.path, "other-incarnation", 0, 20, usize::MAX)
-        .await;
-    assert!(
-        other.expect("read_chunks").is_empty(),
-        "incarnations never share chunks"
-    );
+    let other = s.store.read_chunks(&meta.path, "other-incarnation", 0, 20, usize::MAX).await;
+    assert!(other.expect("read_chunks").is_empty(), "incarnations never share chunks");
 }
 
 /// Every field of a meta record survives the store byte-for-byte.
 pub async fn meta_roundtrip(f: &dyn SubstrateFactory) {
     let s = f.instance().await;
     let meta = rich_meta(&unique_path("meta-roundtrip"));
-    let commit = Commit {
-        ops: vec![Op::PutMeta {
-            meta: meta.clone(),
-            expect: Expect::Absent,
-        }],
-    };
+    let commit = Commit { ops: vec![Op::PutMeta { meta: meta.clone(), expect: Expect::Absent }] };
     s.store.commit(commit).await.expect("commit");
-    assert_eq!(
-        s.store.read_meta(&meta.path).await.expect("read_meta"),
-        Some(meta.clone())
-    );
+    assert_eq!(s.store.read_meta(&meta.path).await.expect("read_meta"), Some(meta.clone()));
     let other = f.instance().await;
     assert_eq!(
         other.store.read_meta(&meta.path).await.expect("read_meta"),
@@ -234,19 +121,11 @@ pub fn rich_meta(path: &str) -> StreamMeta {
     let mut meta = new_meta(path);
     meta.content_type = "application/json; charset=utf-8".into();
     meta.closed = true;
-    meta.closed_by = Some(ProducerTriple {
-        id: "pr\u{f8}d\u{fc}cer".into(),
-        epoch: 3,
-        seq: u64::MAX - 1,
-    });
+    meta.closed_by = Some(ProducerTriple { id: "pr\u{f8}d\u{fc}cer".into(), epoch: 3, seq: u64::MAX - 1 });
     meta.ttl_secs = Some(3_600);
     meta.expires_at_ms = Some(i64::MAX - 5);
     meta.last_stream_seq = Some("seq-\u{1f600}".into());
-    meta.fork = Some(ForkOrigin {
-        source: "src/\u{e9}".into(),
-        source_incarnation: "inc-0".into(),
-        base: 1 << 40,
-    });
+    meta.fork = Some(ForkOrigin { source: "src/\u{e9}".into(), source_incarnation: "inc-0".into(), base: 1 << 40 });
     meta.ref_count = 2;
     meta.soft_deleted = true;
     meta.created_at_ms = -1;

@@ -14,22 +14,10 @@ pub async fn create_expect_absent(f: &dyn SubstrateFactory) {
     let path = unique_path("create-absent");
     let first = create(&s, &path).await;
     let second = new_meta(&path);
-    let again = Commit {
-        ops: vec![Op::PutMeta {
-            meta: second,
-            expect: Expect::Absent,
-        }],
-    };
-    assert!(matches!(
-        s.store.commit(again).await,
-        Err(StoreError::Conflict)
-    ));
+    let again = Commit { ops: vec![Op::PutMeta { meta: second, expect: Expect::Absent }] };
+    assert!(matches!(s.store.commit(again).await, Err(StoreError::Conflict)));
     let stored = s.store.read_meta(&path).await.expect("read_meta");
-    assert_eq!(
-        stored,
-        Some(first),
-        "the losing create must not change the record"
-    );
+    assert_eq!(stored, Some(first), "the losing create must not change the record");
 }
 
 /// `Expect::Version`: the current version commits; a stale one, or any version
@@ -41,42 +29,21 @@ pub async fn expect_version(f: &dyn SubstrateFactory) {
     let mut v1 = v0.clone();
     v1.version = 1;
     v1.content_type = "text/plain".into();
-    let ok = Commit {
-        ops: vec![Op::PutMeta {
-            meta: v1.clone(),
-            expect: Expect::Version(0),
-        }],
-    };
+    let ok = Commit { ops: vec![Op::PutMeta { meta: v1.clone(), expect: Expect::Version(0) }] };
     s.store.commit(ok).await.expect("current version commits");
 
     let mut stale = v0.clone();
     stale.version = 1;
     stale.closed = true;
-    let stale_commit = Commit {
-        ops: vec![Op::PutMeta {
-            meta: stale,
-            expect: Expect::Version(0),
-        }],
-    };
-    assert!(matches!(
-        s.store.commit(stale_commit).await,
-        Err(StoreError::Conflict)
-    ));
+    let stale_commit = Commit { ops: vec![Op::PutMeta { meta: stale, expect: Expect::Version(0) }] };
+    assert!(matches!(s.store.commit(stale_commit).await, Err(StoreError::Conflict)));
     assert_eq!(s.store.read_meta(&path).await.expect("read_meta"), Some(v1));
 
     let missing = unique_path("expect-version-missing");
     let mut ghost = new_meta(&missing);
     ghost.version = 1;
-    let on_absent = Commit {
-        ops: vec![Op::PutMeta {
-            meta: ghost,
-            expect: Expect::Version(0),
-        }],
-    };
-    assert!(matches!(
-        s.store.commit(on_absent).await,
-        Err(StoreError::Conflict)
-    ));
+    let on_absent = Commit { ops: vec![Op::PutMeta { meta: ghost, expect: Expect::Version(0) }] };
+    assert!(matches!(s.store.commit(on_absent).await, Err(StoreError::Conflict)));
     assert_eq!(s.store.read_meta(&missing).await.expect("read_meta"), None);
 }
 
@@ -87,19 +54,9 @@ pub async fn commit_all_or_nothing(f: &dyn SubstrateFactory) {
     let a = create(&s, &unique_path("aon-a")).await;
     let c = create(&s, &unique_path("aon-c")).await;
     let failing_ops = [
-        Op::PutMeta {
-            meta: new_meta(&c.path),
-            expect: Expect::Absent,
-        },
-        Op::PutMeta {
-            meta: c.clone(),
-            expect: Expect::Version(c.version + 7),
-        },
-        Op::DeleteStream {
-            path: c.path.clone(),
-            incarnation: c.incarnation.clone(),
-            expect_version: c.version + 1,
-        },
+        Op::PutMeta { meta: new_meta(&c.path), expect: Expect::Absent },
+        Op::PutMeta { meta: c.clone(), expect: Expect::Version(c.version + 7) },
+        Op::DeleteStream { path: c.path.clone(), incarnation: c.incarnation.clone(), expect_version: c.version + 1 },
     ];
     for failing in failing_ops {
         for at in 0..=3usize {
@@ -108,61 +65,31 @@ pub async fn commit_all_or_nothing(f: &dyn SubstrateFactory) {
             next_a.version += 1;
             next_a.tail += 3;
             let mut ops = vec![
-                Op::PutMeta {
-                    meta: next_a,
-                    expect: Expect::Version(a.version),
-                },
+                Op::PutMeta { meta: next_a, expect: Expect::Version(a.version) },
                 Op::PutChunk {
                     path: a.path.clone(),
                     incarnation: a.incarnation.clone(),
-                    chunk: Chunk {
-                        start: 0,
-                        data: Bytes::from_static(b"abc"),
-                    },
+                    chunk: Chunk { start: 0, data: Bytes::from_static(b"abc") },
                 },
                 Op::PutProducer {
                     path: a.path.clone(),
                     incarnation: a.incarnation.clone(),
                     producer_id: "p".into(),
-                    state: ProducerState {
-                        epoch: 0,
-                        last_seq: 0,
-                    },
+                    state: ProducerState { epoch: 0, last_seq: 0 },
                 },
-                Op::PutMeta {
-                    meta: b.clone(),
-                    expect: Expect::Absent,
-                },
+                Op::PutMeta { meta: b.clone(), expect: Expect::Absent },
             ];
             ops.insert(at, failing.clone());
             let result = s.store.commit(Commit { ops }).await;
-            assert!(
-                matches!(result, Err(StoreError::Conflict)),
-                "failing op at {at}: {result:?}"
-            );
+            assert!(matches!(result, Err(StoreError::Conflict)), "failing op at {at}: {result:?}");
 
-            assert_eq!(
-                s.store.read_meta(&a.path).await.expect("read_meta"),
-                Some(a.clone())
-            );
-            assert_eq!(
-                s.store.read_meta(&c.path).await.expect("read_meta"),
-                Some(c.clone())
-            );
+            assert_eq!(s.store.read_meta(&a.path).await.expect("read_meta"), Some(a.clone()));
+            assert_eq!(s.store.read_meta(&c.path).await.expect("read_meta"), Some(c.clone()));
             assert_eq!(s.store.read_meta(&b.path).await.expect("read_meta"), None);
-            let chunks = s
-                .store
-                .read_chunks(&a.path, &a.incarnation, 0, u64::MAX, usize::MAX);
-            assert!(
-                chunks.await.expect("read_chunks").is_empty(),
-                "no chunk may leak"
-            );
+            let chunks = s.store.read_chunks(&a.path, &a.incarnation, 0, u64::MAX, usize::MAX);
+            assert!(chunks.await.expect("read_chunks").is_empty(), "no chunk may leak");
             let producer = s.store.read_producer(&a.path, &a.incarnation, "p");
-            assert_eq!(
-                producer.await.expect("read_producer"),
-                None,
-                "no producer may leak"
-            );
+            assert_eq!(producer.await.expect("read_producer"), None, "no producer may leak");
         }
     }
 }
@@ -189,10 +116,7 @@ pub async fn producer_and_data_atomic(f: &dyn SubstrateFactory) {
     let write = tokio::spawn(async move {
         for seq in 0..APPENDS {
             let data = Bytes::from(vec![b'a' + (seq % 26) as u8; len_of(seq)]);
-            let state = ProducerState {
-                epoch: 1,
-                last_seq: seq,
-            };
+            let state = ProducerState { epoch: 1, last_seq: seq };
             append(&writer, &path, data, Some(("prod", state))).await;
         }
     });
@@ -202,12 +126,7 @@ pub async fn producer_and_data_atomic(f: &dyn SubstrateFactory) {
         loop {
             // Producer first, then meta: the meta must include that append.
             let p = producer().await.expect("read_producer");
-            let m = reader
-                .store
-                .read_meta(&path)
-                .await
-                .expect("read_meta")
-                .expect("exists");
+            let m = reader.store.read_meta(&path).await.expect("read_meta").expect("exists");
             if let Some(p) = p {
                 let end = end_after[p.last_seq as usize];
                 assert!(m.tail >= end, "producer seen before its data");
@@ -216,10 +135,7 @@ pub async fn producer_and_data_atomic(f: &dyn SubstrateFactory) {
             if m.version > 0 {
                 let p = producer().await.expect("read_producer");
                 let p = p.expect("a meta past version 0 implies a committed producer");
-                assert!(
-                    p.last_seq + 1 >= m.version,
-                    "data seen before its producer state"
-                );
+                assert!(p.last_seq + 1 >= m.version, "data seen before its producer state");
             }
             let chunks = read_all(&reader, &path, &incarnation, m.tail).await;
             super::fixtures::assert_tiles(&chunks, m.tail);
@@ -239,91 +155,32 @@ pub async fn delete_and_recreate(f: &dyn SubstrateFactory) {
     let s = f.instance().await;
     let path = unique_path("delete-recreate");
     let old = create(&s, &path).await;
-    append(
-        &s,
-        &path,
-        Bytes::from_static(b"old-1"),
-        Some((
-            "p",
-            ProducerState {
-                epoch: 0,
-                last_seq: 0,
-            },
-        )),
-    )
-    .await;
-    let last = append(
-        &s,
-        &path,
-        Bytes::from_static(b"old-2"),
-        Some((
-            "p",
-            ProducerState {
-                epoch: 0,
-                last_seq: 1,
-            },
-        )),
-    )
-    .await;
+    append(&s, &path, Bytes::from_static(b"old-1"), Some(("p", ProducerState { epoch: 0, last_seq: 0 }))).await;
+    let last =
+        append(&s, &path, Bytes::from_static(b"old-2"), Some(("p", ProducerState { epoch: 0, last_seq: 1 }))).await;
 
-    let stale = Op::DeleteStream {
-        path: path.clone(),
-        incarnation: old.incarnation.clone(),
-        expect_version: 1,
-    };
-    assert!(matches!(
-        s.store.commit(Commit { ops: vec![stale] }).await,
-        Err(StoreError::Conflict)
-    ));
-    assert!(
-        s.store.read_meta(&path).await.expect("read_meta").is_some(),
-        "a stale delete removes nothing"
-    );
+    let stale = Op::DeleteStream { path: path.clone(), incarnation: old.incarnation.clone(), expect_version: 1 };
+    assert!(matches!(s.store.commit(Commit { ops: vec![stale] }).await, Err(StoreError::Conflict)));
+    assert!(s.store.read_meta(&path).await.expect("read_meta").is_some(), "a stale delete removes nothing");
 
     let delete = Op::DeleteStream {
         path: path.clone(),
         incarnation: old.incarnation.clone(),
         expect_version: last.meta.version,
     };
-    s.store
-        .commit(Commit { ops: vec![delete] })
-        .await
-        .expect("delete commits");
+    s.store.commit(Commit { ops: vec![delete] }).await.expect("delete commits");
     assert_eq!(s.store.read_meta(&path).await.expect("read_meta"), None);
-    let listed = s
-        .store
-        .list_streams(Some(&path[..path.len() - 1]), 10)
-        .await
-        .expect("list_streams");
-    assert!(
-        listed.iter().all(|m| m.path != path),
-        "a deleted stream is not listed"
-    );
+    let listed = s.store.list_streams(Some(&path[..path.len() - 1]), 10).await.expect("list_streams");
+    assert!(listed.iter().all(|m| m.path != path), "a deleted stream is not listed");
 
     let new = create(&s, &path).await;
     assert_ne!(new.incarnation, old.incarnation);
-    let chunks = s
-        .store
-        .read_chunks(&path, &new.incarnation, 0, u64::MAX, usize::MAX)
-        .await;
-    assert!(
-        chunks.expect("read_chunks").is_empty(),
-        "the new incarnation starts empty"
-    );
-    let producer = s
-        .store
-        .read_producer(&path, &new.incarnation, "p")
-        .await
-        .expect("read_producer");
+    let chunks = s.store.read_chunks(&path, &new.incarnation, 0, u64::MAX, usize::MAX).await;
+    assert!(chunks.expect("read_chunks").is_empty(), "the new incarnation starts empty");
+    let producer = s.store.read_producer(&path, &new.incarnation, "p").await.expect("read_producer");
     assert_eq!(producer, None, "the new incarnation has no producers");
     let first = append(&s, &path, Bytes::from_static(b"new"), None).await;
     assert_eq!(first.position, 0);
     let chunks = read_all(&s, &path, &new.incarnation, first.meta.tail).await;
-    assert_eq!(
-        chunks,
-        vec![Chunk {
-            start: 0,
-            data: Bytes::from_static(b"new")
-        }]
-    );
+    assert_eq!(chunks, vec![Chunk { start: 0, data: Bytes::from_static(b"new") }]);
 }

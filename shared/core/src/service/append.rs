@@ -24,10 +24,7 @@ pub struct AppendRequest {
 #[derive(Debug, Clone)]
 pub enum AppendOutcome {
     /// New data (and/or closure) committed. With a producer: 200, else 204.
-    Appended {
-        meta: StreamMeta,
-        producer: Option<State>,
-    },
+    Appended { meta: StreamMeta, producer: Option<State> },
     /// A producer retry of something already applied: 204, nothing written.
     Duplicate { meta: StreamMeta, producer: State },
     /// Close-only on an already-closed stream: 204, nothing written.
@@ -37,9 +34,7 @@ pub enum AppendOutcome {
 impl AppendOutcome {
     pub fn meta(&self) -> &StreamMeta {
         match self {
-            Self::Appended { meta, .. }
-            | Self::Duplicate { meta, .. }
-            | Self::AlreadyClosed { meta } => meta,
+            Self::Appended { meta, .. } | Self::Duplicate { meta, .. } | Self::AlreadyClosed { meta } => meta,
         }
     }
 }
@@ -47,63 +42,34 @@ impl AppendOutcome {
 impl StreamService {
     pub async fn append(&self, req: AppendRequest) -> ServiceResult<AppendOutcome> {
         if req.body.is_empty() && !req.close {
-            return Err(ServiceError::BadRequest(
-                "empty body (only a close may be empty)".into(),
-            ));
+            return Err(ServiceError::BadRequest("empty body (only a close may be empty)".into()));
         }
         let _lease = self.sub.registry.enter(&req.path);
-        self.mutate(&req.path, |reads| self.plan_append(&req, reads))
-            .await
+        self.mutate(&req.path, |reads| self.plan_append(&req, reads)).await
     }
 
-    async fn plan_append(
-        &self,
-        req: &AppendRequest,
-        reads: Reads,
-    ) -> ServiceResult<Plan<AppendOutcome>> {
+    async fn plan_append(&self, req: &AppendRequest, reads: Reads) -> ServiceResult<Plan<AppendOutcome>> {
         let meta = self.live_meta(&req.path, reads).await?;
 
         // Producer fencing and dedup come first: a zombie learns it is fenced
         // and a retry learns it succeeded, whatever else changed since.
         let mut accepted = None;
         if let Some(p) = &req.producer {
-            let store = &self.sub.store;
-            let state = match reads {
-                Reads::MayCache => {
-                    store
-                        .read_producer_for_update(&meta.path, &meta.incarnation, &p.id)
-                        .await?
-                }
-                Reads::Consistent => {
-                    store
-                        .read_producer(&meta.path, &meta.incarnation, &p.id)
-                        .await?
-                }
-            }
-            .map(|s| State {
-                epoch: s.epoch,
-                last_seq: s.last_seq,
-            });
+            let state = self
+                .producer_for_update(&meta, &p.id, reads)
+                .await?
+                .map(|s| State { epoch: s.epoch, last_seq: s.last_seq });
             match decide(state, p) {
-                Decision::StaleEpoch { current } => {
-                    return Err(ServiceError::StaleEpoch { current })
-                }
+                Decision::StaleEpoch { current } => return Err(ServiceError::StaleEpoch { current }),
                 Decision::Duplicate { epoch, last_seq } => {
-                    return Ok(Plan::Done(AppendOutcome::Duplicate {
-                        meta,
-                        producer: State { epoch, last_seq },
-                    }))
+                    return Ok(Plan::Done(AppendOutcome::Duplicate { meta, producer: State { epoch, last_seq } }))
                 }
                 Decision::Accept { next } => accepted = Some(next),
                 Decision::NewEpochNonZeroSeq | Decision::Gap { .. } if meta.closed => {}
                 Decision::NewEpochNonZeroSeq => {
-                    return Err(ServiceError::BadRequest(
-                        "a new producer epoch must start at Producer-Seq 0".into(),
-                    ))
+                    return Err(ServiceError::BadRequest("a new producer epoch must start at Producer-Seq 0".into()))
                 }
-                Decision::Gap { expected, received } => {
-                    return Err(ServiceError::SeqGap { expected, received })
-                }
+                Decision::Gap { expected, received } => return Err(ServiceError::SeqGap { expected, received }),
             }
         }
 
@@ -119,9 +85,7 @@ impl StreamService {
             Bytes::new()
         } else {
             let Some(ct) = req.content_type.as_deref() else {
-                return Err(ServiceError::BadRequest(
-                    "Content-Type is required with a body".into(),
-                ));
+                return Err(ServiceError::BadRequest("Content-Type is required with a body".into()));
             };
             ds_protocol::headers::validate_content_type(ct)?;
             if !content_types_match(ct, &meta.content_type) {
@@ -139,9 +103,7 @@ impl StreamService {
 
         if let (Some(seq), Some(last)) = (&req.seq, &meta.last_stream_seq) {
             if seq.as_bytes() <= last.as_bytes() {
-                return Err(ServiceError::Conflict(format!(
-                    "Stream-Seq {seq:?} is not greater than {last:?}"
-                )));
+                return Err(ServiceError::Conflict(format!("Stream-Seq {seq:?} is not greater than {last:?}")));
             }
         }
 
@@ -154,25 +116,16 @@ impl StreamService {
         }
         if req.close {
             next.closed = true;
-            next.closed_by = req.producer.as_ref().map(|p| ProducerTriple {
-                id: p.id.clone(),
-                epoch: p.epoch,
-                seq: p.seq,
-            });
+            next.closed_by =
+                req.producer.as_ref().map(|p| ProducerTriple { id: p.id.clone(), epoch: p.epoch, seq: p.seq });
         }
         let mut commit = Commit::new();
-        commit.push(Op::PutMeta {
-            meta: next.clone(),
-            expect: Expect::Version(meta.version),
-        });
+        commit.push(Op::PutMeta { meta: next.clone(), expect: Expect::Version(meta.version) });
         if !data.is_empty() {
             commit.push(Op::PutChunk {
                 path: meta.path.clone(),
                 incarnation: meta.incarnation.clone(),
-                chunk: Chunk {
-                    start: meta.tail,
-                    data,
-                },
+                chunk: Chunk { start: meta.tail, data },
             });
         }
         if let (Some(p), Some(state)) = (&req.producer, accepted) {
@@ -180,20 +133,19 @@ impl StreamService {
                 path: meta.path.clone(),
                 incarnation: meta.incarnation.clone(),
                 producer_id: p.id.clone(),
-                state: ProducerState {
-                    epoch: state.epoch,
-                    last_seq: state.last_seq,
-                },
+                state: ProducerState { epoch: state.epoch, last_seq: state.last_seq },
             });
         }
+        let producer = match (&req.producer, accepted) {
+            (Some(p), Some(s)) => Some((p.id.clone(), ProducerState { epoch: s.epoch, last_seq: s.last_seq })),
+            _ => None,
+        };
         Ok(Plan::Commit {
             commit,
             publish: vec![next.clone()],
             deleted: Vec::new(),
-            value: AppendOutcome::Appended {
-                meta: next,
-                producer: accepted,
-            },
+            speculate: Some((next.clone(), producer)),
+            value: AppendOutcome::Appended { meta: next, producer: accepted },
         })
     }
 }

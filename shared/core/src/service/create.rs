@@ -45,9 +45,7 @@ impl StreamService {
         if let Some(fork) = &req.fork {
             path::validate(&fork.source)?;
             if fork.source == req.path {
-                return Err(ServiceError::BadRequest(
-                    "a stream cannot fork itself".into(),
-                ));
+                return Err(ServiceError::BadRequest("a stream cannot fork itself".into()));
             }
         }
         let outcome = self.mutate(&req.path, |_| self.plan_create(&req)).await?;
@@ -75,36 +73,17 @@ impl StreamService {
         let mut commit = Commit::new();
         let mut publish = Vec::new();
         let (content_type, lifetime, fork) = match &req.fork {
-            None => (
-                req.content_type
-                    .clone()
-                    .unwrap_or_else(|| DEFAULT_CONTENT_TYPE.to_owned()),
-                req.lifetime,
-                None,
-            ),
+            None => (req.content_type.clone().unwrap_or_else(|| DEFAULT_CONTENT_TYPE.to_owned()), req.lifetime, None),
             Some(f) => {
                 let (source, base) = self.resolve_fork(req, f).await?;
                 let mut bumped = source.clone();
                 bumped.ref_count += 1;
                 bumped.version += 1;
-                commit.push(Op::PutMeta {
-                    meta: bumped,
-                    expect: Expect::Version(source.version),
-                });
-                let source_lifetime = Lifetime {
-                    ttl_secs: source.ttl_secs,
-                    expires_at_ms: source.expires_at_ms,
-                };
-                let origin = ForkOrigin {
-                    source: source.path.clone(),
-                    source_incarnation: source.incarnation.clone(),
-                    base,
-                };
-                (
-                    source.content_type.clone(),
-                    fork_lifetime(source_lifetime, req.lifetime),
-                    Some(origin),
-                )
+                commit.push(Op::PutMeta { meta: bumped, expect: Expect::Version(source.version) });
+                let source_lifetime = Lifetime { ttl_secs: source.ttl_secs, expires_at_ms: source.expires_at_ms };
+                let origin =
+                    ForkOrigin { source: source.path.clone(), source_incarnation: source.incarnation.clone(), base };
+                (source.content_type.clone(), fork_lifetime(source_lifetime, req.lifetime), Some(origin))
             }
         };
         let data = if is_json(&content_type) {
@@ -134,10 +113,7 @@ impl StreamService {
             ref_count: 0,
             soft_deleted: false,
         };
-        commit.push(Op::PutMeta {
-            meta: meta.clone(),
-            expect: Expect::Absent,
-        });
+        commit.push(Op::PutMeta { meta: meta.clone(), expect: Expect::Absent });
         if !data.is_empty() {
             commit.push(Op::PutChunk {
                 path: meta.path.clone(),
@@ -150,24 +126,14 @@ impl StreamService {
             commit,
             publish,
             deleted: Vec::new(),
-            value: CreateOutcome {
-                created: true,
-                meta,
-            },
+            value: CreateOutcome { created: true, meta },
+            speculate: None,
         })
     }
 
     /// PUT on an existing stream: 200 when the configuration matches, else 409.
-    async fn confirm_existing(
-        &self,
-        req: &CreateRequest,
-        existing: StreamMeta,
-    ) -> ServiceResult<CreateOutcome> {
-        let mismatch = |what: &str| {
-            Err(ServiceError::Conflict(format!(
-                "stream exists with a different {what}"
-            )))
-        };
+    async fn confirm_existing(&self, req: &CreateRequest, existing: StreamMeta) -> ServiceResult<CreateOutcome> {
+        let mismatch = |what: &str| Err(ServiceError::Conflict(format!("stream exists with a different {what}")));
         match (&req.fork, &existing.fork) {
             (None, None) => {}
             (Some(f), Some(origin)) => {
@@ -176,9 +142,7 @@ impl StreamService {
                 }
                 if f.offset.is_some() {
                     let (_, base) = self.resolve_fork(req, f).await.or_else(|e| match e {
-                        ServiceError::NotFound | ServiceError::Gone => {
-                            Ok((existing.clone(), u64::MAX))
-                        }
+                        ServiceError::NotFound | ServiceError::Gone => Ok((existing.clone(), u64::MAX)),
                         other => Err(other),
                     })?;
                     if base != origin.base {
@@ -199,8 +163,7 @@ impl StreamService {
         let lifetime_matches = if req.fork.is_some() && req.lifetime == Lifetime::default() {
             true // the fork's lifetime was inherited; an omitted one matches it
         } else {
-            req.lifetime.ttl_secs == existing.ttl_secs
-                && req.lifetime.expires_at_ms == existing.expires_at_ms
+            req.lifetime.ttl_secs == existing.ttl_secs && req.lifetime.expires_at_ms == existing.expires_at_ms
         };
         if !lifetime_matches {
             return mismatch("TTL or expiry");
@@ -208,19 +171,12 @@ impl StreamService {
         if req.closed != existing.closed {
             return mismatch("closure status");
         }
-        Ok(CreateOutcome {
-            created: false,
-            meta: existing,
-        })
+        Ok(CreateOutcome { created: false, meta: existing })
     }
 
     /// Validate a fork request against its source; returns the source's meta
     /// and the fork's base position (fork offset plus the resolved sub-offset).
-    async fn resolve_fork(
-        &self,
-        req: &CreateRequest,
-        f: &ForkRequest,
-    ) -> ServiceResult<(StreamMeta, u64)> {
+    async fn resolve_fork(&self, req: &CreateRequest, f: &ForkRequest) -> ServiceResult<(StreamMeta, u64)> {
         let source = match self.sub.fork_peer.source_meta(&f.source).await? {
             None => return Err(ServiceError::NotFound),
             Some(m) if m.is_expired(self.now_ms()) => return Err(ServiceError::NotFound),
@@ -231,16 +187,12 @@ impl StreamService {
         };
         if let Some(ct) = &req.content_type {
             if !content_types_match(ct, &source.content_type) {
-                return Err(ServiceError::Conflict(
-                    "content type differs from the fork source's".into(),
-                ));
+                return Err(ServiceError::Conflict("content type differs from the fork source's".into()));
             }
         }
         let anchor = f.offset.map_or(source.tail, Offset::position);
         if anchor > source.tail {
-            return Err(ServiceError::BadRequest(
-                "Stream-Fork-Offset is beyond the source stream's tail".into(),
-            ));
+            return Err(ServiceError::BadRequest("Stream-Fork-Offset is beyond the source stream's tail".into()));
         }
         if f.sub_offset == 0 {
             return Ok((source, anchor));
@@ -248,9 +200,7 @@ impl StreamService {
         // The sub-offset counts into the one append that starts at the anchor.
         let pieces = self.read_pieces(&source, anchor, 1, Cut::Never).await?;
         let first = pieces.first().map(|p| p.as_ref()).unwrap_or_default();
-        let overshoot = || {
-            ServiceError::BadRequest("Stream-Fork-Sub-Offset is past the next data boundary".into())
-        };
+        let overshoot = || ServiceError::BadRequest("Stream-Fork-Sub-Offset is past the next data boundary".into());
         let skip = if is_json(&source.content_type) {
             json::prefix_len(first, f.sub_offset).ok_or_else(overshoot)? as u64
         } else if f.sub_offset <= first.len() as u64 {

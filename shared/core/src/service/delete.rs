@@ -36,16 +36,8 @@ impl StreamService {
             let mut soft = meta.clone();
             soft.soft_deleted = true;
             soft.version += 1;
-            commit.push(Op::PutMeta {
-                meta: soft.clone(),
-                expect: Expect::Version(meta.version),
-            });
-            return Ok(Plan::Commit {
-                commit,
-                publish: Vec::new(),
-                deleted: vec![soft],
-                value: (),
-            });
+            commit.push(Op::PutMeta { meta: soft.clone(), expect: Expect::Version(meta.version) });
+            return Ok(Plan::Commit { commit, publish: Vec::new(), deleted: vec![soft], value: (), speculate: None });
         }
         let mut deleted = vec![meta.clone()];
         commit.push(Op::DeleteStream {
@@ -76,19 +68,11 @@ impl StreamService {
                 let mut released = source.clone();
                 released.ref_count = released.ref_count.saturating_sub(1);
                 released.version += 1;
-                commit.push(Op::PutMeta {
-                    meta: released,
-                    expect: Expect::Version(source.version),
-                });
+                commit.push(Op::PutMeta { meta: released, expect: Expect::Version(source.version) });
                 break;
             }
         }
-        Ok(Plan::Commit {
-            commit,
-            publish: Vec::new(),
-            deleted,
-            value: (),
-        })
+        Ok(Plan::Commit { commit, publish: Vec::new(), deleted, value: (), speculate: None })
     }
 
     /// Remove an expired stream (best effort: a failure leaves it for the
@@ -104,11 +88,7 @@ impl StreamService {
         let result = self
             .mutate(&path, |_| async {
                 match self.sub.store.read_meta(&path).await? {
-                    Some(m)
-                        if m.incarnation == incarnation
-                            && !m.soft_deleted
-                            && m.is_expired(self.now_ms()) =>
-                    {
+                    Some(m) if m.incarnation == incarnation && !m.soft_deleted && m.is_expired(self.now_ms()) => {
                         self.plan_delete(m).await
                     }
                     _ => Ok(Plan::Done(())),

@@ -9,6 +9,7 @@ mod create;
 mod delete;
 mod error;
 mod read;
+mod speculation;
 mod sse;
 
 use std::sync::Arc;
@@ -58,9 +59,7 @@ pub struct SystemClock;
 
 impl Clock for SystemClock {
     fn now_ms(&self) -> i64 {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default();
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
         i64::try_from(now.as_millis()).unwrap_or(i64::MAX)
     }
 }
@@ -73,6 +72,8 @@ pub struct StreamService {
     clock: Arc<dyn Clock>,
     /// Cancelled on shutdown: live reads (long-poll, SSE) end promptly.
     shutdown: tokio_util::sync::CancellationToken,
+    /// Predicted stream states while appends are in flight (pipelining).
+    speculation: Arc<speculation::Speculation>,
 }
 
 /// How a mutation plan reads the store (see [`StreamService::mutate`]).
@@ -85,15 +86,14 @@ pub(crate) enum Reads {
 /// What a mutation's validate step decided.
 pub(crate) enum Plan<T> {
     /// Commit these writes, then publish the new meta of `publish` paths and return `T`.
-    Commit {
-        commit: Commit,
-        publish: Vec<StreamMeta>,
-        deleted: Vec<StreamMeta>,
-        value: T,
-    },
+    Commit { commit: Commit, publish: Vec<StreamMeta>, deleted: Vec<StreamMeta>, value: T, speculate: Speculate },
     /// Nothing to write; return `T` as is.
     Done(T),
 }
+
+/// The state an append predicts for its stream (and producer) once its
+/// commit applies; recorded while the commit is in flight.
+pub(crate) type Speculate = Option<(StreamMeta, Option<(String, crate::ProducerState)>)>;
 
 impl StreamService {
     pub fn new(sub: Substrate, cfg: ServiceConfig) -> Self {
@@ -102,6 +102,7 @@ impl StreamService {
             cfg: Arc::new(cfg),
             clock: Arc::new(SystemClock),
             shutdown: Default::default(),
+            speculation: Default::default(),
         }
     }
 
@@ -131,10 +132,7 @@ impl StreamService {
 
     /// Feed fired expiry alarms (in-process schedulers) to [`Self::run_expiry`]
     /// until the channel closes.
-    pub async fn run_expiry_loop(
-        &self,
-        mut due: tokio::sync::mpsc::UnboundedReceiver<crate::ExpiryDue>,
-    ) {
+    pub async fn run_expiry_loop(&self, mut due: tokio::sync::mpsc::UnboundedReceiver<crate::ExpiryDue>) {
         while let Some(d) = due.recv().await {
             if let Err(e) = self.run_expiry(&d.path, &d.incarnation).await {
                 tracing::warn!(path = %d.path, error = %e, "expiry run failed");
@@ -153,10 +151,7 @@ impl StreamService {
                 return Ok(armed);
             };
             after = Some(last.path.clone());
-            for meta in page
-                .iter()
-                .filter(|m| m.expiry_deadline_ms().is_some() && !m.soft_deleted)
-            {
+            for meta in page.iter().filter(|m| m.expiry_deadline_ms().is_some() && !m.soft_deleted) {
                 self.arm_expiry(meta).await;
                 armed += 1;
             }
@@ -194,11 +189,7 @@ impl StreamService {
             attempt += 1;
             let guard = self.sub.mutex.lock(path).await;
             let first = plan(Reads::MayCache).await;
-            let planned = if matches!(first, Ok(Plan::Commit { .. })) {
-                first
-            } else {
-                plan(Reads::Consistent).await
-            };
+            let planned = if matches!(first, Ok(Plan::Commit { .. })) { first } else { plan(Reads::Consistent).await };
             let planned = match planned {
                 Err(ServiceError::Expired(meta)) if attempt < self.cfg.max_commit_attempts => {
                     drop(guard);
@@ -207,60 +198,99 @@ impl StreamService {
                 }
                 other => other?,
             };
-            match planned {
+            let (commit, publish, deleted, value, speculate) = match planned {
                 Plan::Done(value) => return Ok(value),
-                Plan::Commit {
-                    commit,
-                    publish,
-                    deleted,
-                    value,
-                } => match self.sub.store.commit(commit).await {
-                    Ok(()) => {
-                        drop(guard);
-                        for meta in &publish {
-                            self.sub
-                                .hub
-                                .publish(&meta.path, crate::TailSignal::of(meta));
-                        }
-                        for meta in &deleted {
-                            let mut signal = crate::TailSignal::of(meta);
-                            signal.deleted = true;
-                            self.sub.hub.publish(&meta.path, signal);
-                            let _ = self
-                                .sub
-                                .scheduler
-                                .cancel(&meta.path, &meta.incarnation)
-                                .await;
-                        }
-                        return Ok(value);
-                    }
-                    Err(StoreError::Conflict) if attempt < self.cfg.max_commit_attempts => {
-                        drop(guard);
-                        tracing::debug!(path, attempt, "commit precondition failed; retrying");
-                        let cap = 2u64.saturating_pow(attempt.min(7)).min(100);
-                        let backoff = rand::thread_rng().gen_range(0..=cap);
-                        tokio::time::sleep(Duration::from_millis(backoff)).await;
-                    }
-                    Err(StoreError::Conflict) => return Err(ServiceError::Contention),
-                    Err(e) => return Err(e.into()),
-                },
+                Plan::Commit { commit, publish, deleted, value, speculate } => {
+                    (commit, publish, deleted, value, speculate)
+                }
+            };
+            // Submit under the lock (so submissions are ordered), then wait for
+            // durability without it, letting the next append stack on top.
+            let pending = match self.sub.store.submit(commit).await {
+                Ok(pending) => pending,
+                Err(e) => {
+                    drop(guard);
+                    self.retry_or_fail(path, attempt, e).await?;
+                    continue;
+                }
+            };
+            if let Some((meta, producer)) = &speculate {
+                self.speculation.submitted(meta, producer.as_ref().map(|(id, s)| (id.as_str(), *s)));
             }
+            drop(guard);
+            let result = pending.await;
+            if let Some((meta, _)) = &speculate {
+                self.speculation.finished(&meta.path, result.is_ok());
+            }
+            if let Err(e) = result {
+                self.retry_or_fail(path, attempt, e).await?;
+                continue;
+            }
+            for meta in &publish {
+                self.sub.hub.publish(&meta.path, crate::TailSignal::of(meta));
+            }
+            for meta in &deleted {
+                let mut signal = crate::TailSignal::of(meta);
+                signal.deleted = true;
+                self.sub.hub.publish(&meta.path, signal);
+                let _ = self.sub.scheduler.cancel(&meta.path, &meta.incarnation).await;
+            }
+            return Ok(value);
         }
+    }
+
+    /// After a failed commit: back off and return `Ok` to retry a lost race,
+    /// or the error to give up with.
+    async fn retry_or_fail(&self, path: &str, attempt: u32, e: StoreError) -> ServiceResult<()> {
+        match e {
+            StoreError::Conflict if attempt < self.cfg.max_commit_attempts => {
+                tracing::debug!(path, attempt, "commit precondition failed; retrying");
+                let cap = 2u64.saturating_pow(attempt.min(7)).min(100);
+                let backoff = rand::thread_rng().gen_range(0..=cap);
+                tokio::time::sleep(Duration::from_millis(backoff)).await;
+                Ok(())
+            }
+            StoreError::Conflict => Err(ServiceError::Contention),
+            e => Err(e.into()),
+        }
+    }
+
+    /// Meta for planning a mutation: the pipeline's prediction, else the
+    /// store's (possibly cached) read; consistent reads go to the store.
+    pub(crate) async fn meta_for_update(&self, path: &str, reads: Reads) -> ServiceResult<Option<StreamMeta>> {
+        Ok(match reads {
+            Reads::MayCache => match self.speculation.meta(path) {
+                Some(predicted) => Some(predicted),
+                None => self.sub.store.read_meta_for_update(path).await?,
+            },
+            Reads::Consistent => self.sub.store.read_meta(path).await?,
+        })
+    }
+
+    /// Producer state for planning an append (see [`Self::meta_for_update`]).
+    pub(crate) async fn producer_for_update(
+        &self,
+        meta: &StreamMeta,
+        id: &str,
+        reads: Reads,
+    ) -> ServiceResult<Option<crate::ProducerState>> {
+        let store = &self.sub.store;
+        Ok(match reads {
+            Reads::MayCache => match self.speculation.producer(&meta.path, &meta.incarnation, id) {
+                Some(predicted) => Some(predicted),
+                None => store.read_producer_for_update(&meta.path, &meta.incarnation, id).await?,
+            },
+            Reads::Consistent => store.read_producer(&meta.path, &meta.incarnation, id).await?,
+        })
     }
 
     /// The live meta of `path`: absent → `NotFound`; soft-deleted → `Gone`;
     /// expired → `Expired` (a mutation re-plans after removing it).
     pub(crate) async fn live_meta(&self, path: &str, reads: Reads) -> ServiceResult<StreamMeta> {
-        let meta = match reads {
-            Reads::MayCache => self.sub.store.read_meta_for_update(path).await?,
-            Reads::Consistent => self.sub.store.read_meta(path).await?,
-        };
-        match meta {
+        match self.meta_for_update(path, reads).await? {
             None => Err(ServiceError::NotFound),
             Some(meta) if meta.soft_deleted => Err(ServiceError::Gone),
-            Some(meta) if meta.is_expired(self.now_ms()) => {
-                Err(ServiceError::Expired(Box::new(meta)))
-            }
+            Some(meta) if meta.is_expired(self.now_ms()) => Err(ServiceError::Expired(Box::new(meta))),
             Some(meta) => Ok(meta),
         }
     }
@@ -280,12 +310,7 @@ impl StreamService {
     /// Reset the sliding TTL on a read (writes reset it in their commit).
     pub(crate) async fn touch(&self, meta: &StreamMeta) {
         if meta.ttl_secs.is_some() && meta.expires_at_ms.is_none() {
-            if let Err(e) = self
-                .sub
-                .store
-                .touch(&meta.path, &meta.incarnation, self.now_ms())
-                .await
-            {
+            if let Err(e) = self.sub.store.touch(&meta.path, &meta.incarnation, self.now_ms()).await {
                 tracing::warn!(path = %meta.path, error = %e, "could not record access for TTL");
             }
         }
@@ -294,12 +319,7 @@ impl StreamService {
     /// Arm the expiry alarm for a stream that has a deadline.
     pub(crate) async fn arm_expiry(&self, meta: &StreamMeta) {
         if let Some(at) = meta.expiry_deadline_ms() {
-            if let Err(e) = self
-                .sub
-                .scheduler
-                .schedule_at(&meta.path, &meta.incarnation, at)
-                .await
-            {
+            if let Err(e) = self.sub.scheduler.schedule_at(&meta.path, &meta.incarnation, at).await {
                 // Expiry is enforced lazily on access; the alarm only bounds cleanup.
                 tracing::warn!(path = %meta.path, error = %e, "could not arm expiry alarm");
             }

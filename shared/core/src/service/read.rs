@@ -85,10 +85,7 @@ impl StreamService {
                 out.no_content = true;
                 return Ok(out);
             }
-            if !self
-                .wait_changed(sub, &TailSignal::of(&meta), deadline)
-                .await
-            {
+            if !self.wait_changed(sub, &TailSignal::of(&meta), deadline).await {
                 let mut out = self.empty_outcome(meta, start, at_now);
                 out.no_content = true;
                 return Ok(out);
@@ -98,30 +95,20 @@ impl StreamService {
     }
 
     /// Resolve the `offset` parameter against the stream.
-    pub(crate) fn start_position(
-        &self,
-        meta: &StreamMeta,
-        offset: Option<ReadOffset>,
-    ) -> ServiceResult<u64> {
+    pub(crate) fn start_position(&self, meta: &StreamMeta, offset: Option<ReadOffset>) -> ServiceResult<u64> {
         let start = match offset {
             None | Some(ReadOffset::Beginning) => 0,
             Some(ReadOffset::Now) => meta.tail,
             Some(ReadOffset::At(o)) => o.position(),
         };
         if start > meta.tail {
-            return Err(ServiceError::BadRequest(
-                "offset is beyond the stream's tail".into(),
-            ));
+            return Err(ServiceError::BadRequest("offset is beyond the stream's tail".into()));
         }
         Ok(start)
     }
 
     fn empty_outcome(&self, meta: StreamMeta, start: u64, at_now: bool) -> ReadOutcome {
-        let body = if is_json(&meta.content_type) {
-            Bytes::from_static(b"[]")
-        } else {
-            Bytes::new()
-        };
+        let body = if is_json(&meta.content_type) { Bytes::from_static(b"[]") } else { Bytes::new() };
         let closed = meta.closed && start == meta.tail;
         ReadOutcome {
             start,
@@ -138,34 +125,15 @@ impl StreamService {
     /// Read up to the configured budget from `start`.
     async fn read_at(&self, meta: StreamMeta, start: u64) -> ServiceResult<ReadOutcome> {
         let (raw, next) = self.read_bytes(&meta, start).await?;
-        let body = if is_json(&meta.content_type) {
-            json::render_array(&raw)
-        } else {
-            raw
-        };
+        let body = if is_json(&meta.content_type) { json::render_array(&raw) } else { raw };
         let up_to_date = next >= meta.tail;
         let closed = meta.closed && up_to_date;
-        Ok(ReadOutcome {
-            start,
-            next,
-            body,
-            up_to_date,
-            closed,
-            no_content: false,
-            at_now: false,
-            meta,
-        })
+        Ok(ReadOutcome { start, next, body, up_to_date, closed, no_content: false, at_now: false, meta })
     }
 
     /// Stored bytes from `start` (JSON: framed messages), within the budget.
-    pub(crate) async fn read_bytes(
-        &self,
-        meta: &StreamMeta,
-        start: u64,
-    ) -> ServiceResult<(Bytes, u64)> {
-        let pieces = self
-            .read_pieces(meta, start, self.cfg.max_read_bytes, Cut::AtBudget)
-            .await?;
+    pub(crate) async fn read_bytes(&self, meta: &StreamMeta, start: u64) -> ServiceResult<(Bytes, u64)> {
+        let pieces = self.read_pieces(meta, start, self.cfg.max_read_bytes, Cut::AtBudget).await?;
         let len: usize = pieces.iter().map(Bytes::len).sum();
         let raw = if pieces.len() == 1 {
             pieces.into_iter().next().unwrap_or_default()
@@ -203,10 +171,7 @@ impl StreamService {
                     }
                 };
                 // A fork read through another fork is bounded by both bases.
-                let limited = StreamMeta {
-                    tail: origin.base.min(source.tail).min(meta.tail),
-                    ..source
-                };
+                let limited = StreamMeta { tail: origin.base.min(source.tail).min(meta.tail), ..source };
                 for p in self.read_pieces(&limited, pos, budget, cut).await? {
                     used += p.len();
                     pos += p.len() as u64;
@@ -223,13 +188,7 @@ impl StreamService {
             let chunks = self
                 .sub
                 .store
-                .read_chunks(
-                    &meta.path,
-                    &meta.incarnation,
-                    pos,
-                    meta.tail,
-                    budget.saturating_sub(used).max(1),
-                )
+                .read_chunks(&meta.path, &meta.incarnation, pos, meta.tail, budget.saturating_sub(used).max(1))
                 .await?;
             for chunk in chunks {
                 if used >= budget || pos >= meta.tail {
@@ -237,25 +196,16 @@ impl StreamService {
                 }
                 if chunk.end() <= pos || chunk.start > pos {
                     if chunk.start > pos {
-                        return Err(crate::StoreError::Backend(format!(
-                            "gap in {} at {pos}",
-                            meta.path
-                        ))
-                        .into());
+                        return Err(crate::StoreError::Backend(format!("gap in {} at {pos}", meta.path)).into());
                     }
                     continue;
                 }
                 let lo = usize::try_from(pos - chunk.start).unwrap_or(usize::MAX);
-                let hi =
-                    usize::try_from(meta.tail.min(chunk.end()) - chunk.start).unwrap_or(usize::MAX);
+                let hi = usize::try_from(meta.tail.min(chunk.end()) - chunk.start).unwrap_or(usize::MAX);
                 let mut piece = chunk.data.slice(lo..hi);
                 let room = budget - used;
                 if cut == Cut::AtBudget && piece.len() > room {
-                    let keep = if json {
-                        json::boundary_prefix(&piece, room)
-                    } else {
-                        room.max(1)
-                    };
+                    let keep = if json { json::boundary_prefix(&piece, room) } else { room.max(1) };
                     // Never return nothing: a single oversized message is sent whole.
                     let keep = if used > 0 && keep > room { 0 } else { keep };
                     piece.truncate(keep);

@@ -37,11 +37,7 @@ struct SseState {
 impl StreamService {
     /// Open an SSE read. Errors (404, 410, 400) are returned before any byte
     /// is streamed; the returned meta describes the stream at open time.
-    pub async fn sse(
-        &self,
-        req: ReadRequest,
-        client_cursor: Option<String>,
-    ) -> ServiceResult<(StreamMeta, SseStream)> {
+    pub async fn sse(&self, req: ReadRequest, client_cursor: Option<String>) -> ServiceResult<(StreamMeta, SseStream)> {
         if req.offset.is_none() {
             return Err(ServiceError::BadRequest("SSE reads need an offset".into()));
         }
@@ -96,11 +92,7 @@ impl SseState {
                     return;
                 }
             };
-            let payload = if self.json {
-                json::render_array(&raw)
-            } else {
-                raw
-            };
+            let payload = if self.json { json::render_array(&raw) } else { raw };
             self.pending.push_back(data_event(&payload, self.encoding));
             self.pos = next;
             self.first = false;
@@ -112,11 +104,7 @@ impl SseState {
             self.queue_control(&meta);
             return;
         }
-        if !self
-            .svc
-            .wait_changed(&mut self.sub, &TailSignal::of(&meta), self.deadline)
-            .await
-        {
+        if !self.svc.wait_changed(&mut self.sub, &TailSignal::of(&meta), self.deadline).await {
             self.done = true;
         }
     }
@@ -128,12 +116,7 @@ impl SseState {
             let jitter = rand::thread_rng().gen_range(1..=3600);
             next_cursor(self.svc.now_ms(), self.client_cursor.as_deref(), jitter)
         });
-        let control = Control {
-            next_offset: Offset(self.pos).to_string(),
-            cursor,
-            up_to_date,
-            closed,
-        };
+        let control = Control { next_offset: Offset(self.pos).to_string(), cursor, up_to_date, closed };
         self.pending.push_back(control_event(&control));
         if closed {
             self.done = true;

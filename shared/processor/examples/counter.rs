@@ -1,0 +1,23 @@
+//! A pure fold over an in-memory journal: `cargo run -p ds-processor
+//! --example counter --features test-util`.
+
+use ds_processor::examples::Counter;
+use ds_processor::harness::World;
+use ds_processor::{RunnerConfig, RunnerError};
+use serde_json::json;
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> Result<(), RunnerError> {
+    let world = World::new();
+    for by in [1, 2, 3] {
+        world.journal.append_event("counter/incremented", json!({ "by": by }));
+    }
+    let runner = world.open(Counter::new(), RunnerConfig::default()).await?;
+    runner.catch_up().await?;
+    let snapshot = runner.snapshot();
+    println!(
+        "counter = {} after {} changes (reduced through {})",
+        snapshot.state.value, snapshot.state.changes, snapshot.reduced_through
+    );
+    Ok(())
+}

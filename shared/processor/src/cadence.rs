@@ -1,0 +1,104 @@
+//! Checkpoint cadence: when settled work becomes the durable ack.
+//!
+//! The runner tracks `completed_through` in memory (every event whose blocking
+//! work settled) and persists it as `acknowledged_through` per this policy.
+//! The gap is the deliberate at-least-once replay window. Whatever the policy,
+//! a checkpoint only ever writes `completed_through`, so it can never
+//! acknowledge past unsettled blocking work.
+
+/// Policy for persisting progress.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CheckpointCadence {
+    /// After every event (and eventless call).
+    EveryEvent,
+    /// After every `n` completed events.
+    EveryN(u32),
+    /// After an event when at least `millis` passed since the last checkpoint.
+    Interval { millis: u64 },
+    /// When a scan reaches the head.
+    Idle,
+    /// When a transport frame (or `catch_up`) finishes.
+    BatchEnd,
+}
+
+/// A point at which the runner asks the policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Moment {
+    EventCompleted,
+    ScanIdle,
+    BatchEnd,
+    /// A clean stop flushes settled work whatever the policy.
+    Drain,
+}
+
+/// Counters the policy reads; reset by every successful checkpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct CadenceTracker {
+    pub events_since_commit: u64,
+    pub last_commit_ms: u64,
+}
+
+impl CadenceTracker {
+    pub(crate) fn new(now_ms: u64) -> Self {
+        Self { events_since_commit: 0, last_commit_ms: now_ms }
+    }
+
+    pub(crate) fn completed_one(&mut self) {
+        self.events_since_commit += 1;
+    }
+
+    pub(crate) fn committed(&mut self, now_ms: u64) {
+        *self = Self::new(now_ms);
+    }
+}
+
+impl CheckpointCadence {
+    /// Whether to checkpoint now. The caller also requires that something was
+    /// completed since the durable ack.
+    pub(crate) fn is_due(self, moment: Moment, tracker: &CadenceTracker, now_ms: u64) -> bool {
+        match (self, moment) {
+            (_, Moment::Drain) => true,
+            (Self::EveryEvent, Moment::EventCompleted) => true,
+            (Self::EveryN(n), Moment::EventCompleted) => tracker.events_since_commit >= u64::from(n.max(1)),
+            (Self::Interval { millis }, Moment::EventCompleted) => {
+                now_ms.saturating_sub(tracker.last_commit_ms) >= millis
+            }
+            (Self::Idle, Moment::ScanIdle) => true,
+            (Self::BatchEnd, Moment::BatchEnd) => true,
+            _ => false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tracker(events: u64, last: u64) -> CadenceTracker {
+        CadenceTracker { events_since_commit: events, last_commit_ms: last }
+    }
+
+    #[test]
+    fn every_n_waits_for_n_events() {
+        let c = CheckpointCadence::EveryN(3);
+        assert!(!c.is_due(Moment::EventCompleted, &tracker(2, 0), 0));
+        assert!(c.is_due(Moment::EventCompleted, &tracker(3, 0), 0));
+        assert!(!c.is_due(Moment::ScanIdle, &tracker(3, 0), 0));
+    }
+
+    #[test]
+    fn interval_measures_time_since_last_commit() {
+        let c = CheckpointCadence::Interval { millis: 50 };
+        assert!(!c.is_due(Moment::EventCompleted, &tracker(9, 100), 149));
+        assert!(c.is_due(Moment::EventCompleted, &tracker(1, 100), 150));
+    }
+
+    #[test]
+    fn idle_and_batch_end_fire_only_at_their_moment_and_drain_always() {
+        assert!(CheckpointCadence::Idle.is_due(Moment::ScanIdle, &tracker(1, 0), 0));
+        assert!(!CheckpointCadence::Idle.is_due(Moment::EventCompleted, &tracker(1, 0), 0));
+        assert!(CheckpointCadence::BatchEnd.is_due(Moment::BatchEnd, &tracker(1, 0), 0));
+        assert!(!CheckpointCadence::BatchEnd.is_due(Moment::ScanIdle, &tracker(1, 0), 0));
+        assert!(CheckpointCadence::EveryN(100).is_due(Moment::Drain, &tracker(1, 0), 0));
+    }
+}

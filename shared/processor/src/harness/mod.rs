@@ -1,0 +1,23 @@
+//! In-memory adapters and crash injection: the executable spec's world.
+//!
+//! Available with the `test-util` feature. Reused by hosts (local server,
+//! Lambda tests) that need a journal, progress store, recovery adapter,
+//! clock or effect sink without infrastructure.
+
+mod clock;
+mod crash;
+mod journal;
+mod progress;
+mod recovery;
+mod sink;
+mod timeline;
+mod world;
+
+pub use clock::ManualClock;
+pub use crash::{freeze, run_until_crash, Boundary, CrashSwitch};
+pub use journal::MemoryJournal;
+pub use progress::MemoryProgressStore;
+pub use recovery::MemoryRecovery;
+pub use sink::{EffectSink, FailRule, HoldRule, MemorySink};
+pub use timeline::{Mark, Timeline};
+pub use world::{settle_background, World};

@@ -1,0 +1,92 @@
+//! In-memory progress store applying the shared fence rules.
+
+use std::sync::Mutex;
+
+use async_trait::async_trait;
+
+use super::crash::{freeze, Boundary, CrashSwitch};
+use super::timeline::{Mark, Timeline};
+use crate::fence::{check_fence, Fence, FenceRejection};
+use crate::ports::{ProgressError, ProgressStore};
+use crate::progress::StoredProgress;
+use crate::sync_util::lock;
+
+#[derive(Debug, Default)]
+struct StoreState {
+    record: Option<StoredProgress>,
+    history: Vec<StoredProgress>,
+    rejections: Vec<FenceRejection>,
+    failing_commits: u32,
+}
+
+/// One (stream, processor) record, with the full history of landed commits
+/// for invariant checks.
+#[derive(Debug, Default)]
+pub struct MemoryProgressStore {
+    state: Mutex<StoreState>,
+    crash: CrashSwitch,
+    timeline: Timeline,
+}
+
+impl MemoryProgressStore {
+    pub fn new(crash: CrashSwitch, timeline: Timeline) -> Self {
+        Self { state: Mutex::new(StoreState::default()), crash, timeline }
+    }
+
+    pub fn record(&self) -> Option<StoredProgress> {
+        lock(&self.state).record.clone()
+    }
+
+    /// Every record that landed, oldest first.
+    pub fn history(&self) -> Vec<StoredProgress> {
+        lock(&self.state).history.clone()
+    }
+
+    pub fn rejections(&self) -> Vec<FenceRejection> {
+        lock(&self.state).rejections.clone()
+    }
+
+    /// The next `n` commits fail as unavailable (nothing stored).
+    pub fn fail_next_commits(&self, n: u32) {
+        lock(&self.state).failing_commits = n;
+    }
+}
+
+#[async_trait]
+impl ProgressStore for MemoryProgressStore {
+    async fn read(&self) -> Result<Option<StoredProgress>, ProgressError> {
+        Ok(self.record())
+    }
+
+    async fn commit(&self, record: &StoredProgress, fence: &Fence) -> Result<(), ProgressError> {
+        let refold_page = record.progress.reduction.reduced_through < record.progress.acknowledged_through();
+        if refold_page && self.crash.hit(Boundary::RefoldPageCommit) {
+            return freeze().await;
+        }
+        if self.crash.hit(Boundary::BeforeProgressCommit) {
+            return freeze().await;
+        }
+        {
+            let mut s = lock(&self.state);
+            if s.failing_commits > 0 {
+                s.failing_commits -= 1;
+                return Err(ProgressError::Unavailable("injected commit failure".into()));
+            }
+            if let Err(rejection) = check_fence(s.record.as_ref(), record, fence) {
+                s.rejections.push(rejection.clone());
+                return Err(rejection.into());
+            }
+            s.record = Some(record.clone());
+            s.history.push(record.clone());
+            self.timeline.push(Mark::Committed {
+                acknowledged_through: record.progress.acknowledged_through(),
+                reduced_through: record.progress.reduction.reduced_through,
+                cursor_revision: record.progress.cursor_revision(),
+            });
+        }
+        if self.crash.hit(Boundary::AfterProgressCommit) {
+            return freeze().await;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,218 @@
+//! The post-commit runner: reads a journal one event at a time, folds,
+//! processes, and persists the two-cursor progress.
+
+mod background;
+mod callback;
+mod commit;
+mod controls;
+mod drive;
+mod gate;
+mod lifecycle;
+mod refold;
+mod scan;
+mod settle;
+mod view;
+mod working;
+
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+
+pub use callback::{EventBatch, EventBatchCallback};
+pub use view::{DrainReport, DriveReport, RuntimeState, Snapshot};
+
+use crate::backoff::Backoff;
+use crate::cadence::CheckpointCadence;
+use crate::contract::Contract;
+use crate::error::{RunnerError, WaitError};
+use crate::fence::FenceRejection;
+use crate::ports::{Clock, Journal, JournalError, ProgressStore, Recovery};
+use crate::processor::Processor;
+
+use background::BackgroundWork;
+use gate::PreemptGate;
+use view::View;
+use working::Working;
+
+/// Tunables of a runner.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunnerConfig {
+    pub cadence: CheckpointCadence,
+    /// Delays between attempts of failing blocking work (and of the runner's
+    /// own appends and alarm arming, which sit on the same barrier).
+    pub backoff: Backoff,
+    /// Journal page size for scans and refolds.
+    pub page_size: usize,
+    /// How far in the future the revival alarm is armed.
+    pub revival_delay_ms: u64,
+    /// How many fenced commits one drive absorbs (by reloading) before it
+    /// reports contention.
+    pub max_resyncs: u32,
+}
+
+impl Default for RunnerConfig {
+    fn default() -> Self {
+        Self {
+            cadence: CheckpointCadence::EveryEvent,
+            backoff: Backoff::default(),
+            page_size: 256,
+            revival_delay_ms: 30_000,
+            max_resyncs: 64,
+        }
+    }
+}
+
+/// The runner's view of the outside world.
+#[derive(Clone)]
+pub struct Adapters {
+    pub journal: Arc<dyn Journal>,
+    pub progress: Arc<dyn ProgressStore>,
+    /// Needed when losing background work's outcome would matter.
+    pub recovery: Option<Arc<dyn Recovery>>,
+    pub clock: Arc<dyn Clock>,
+}
+
+/// Why a step stopped before completing its event.
+#[derive(Debug)]
+pub(crate) enum Halt {
+    /// An operator control wants the work lock.
+    Preempted,
+    Drained,
+    /// A commit was fenced; the working state must be reloaded.
+    Fenced(FenceRejection),
+    Failed(RunnerError),
+}
+
+impl From<RunnerError> for Halt {
+    fn from(e: RunnerError) -> Self {
+        Self::Failed(e)
+    }
+}
+
+impl From<JournalError> for Halt {
+    fn from(e: JournalError) -> Self {
+        Self::Failed(e.into())
+    }
+}
+
+impl Halt {
+    /// For operations that are not preemptible (controls, open).
+    pub(crate) fn into_error(self) -> RunnerError {
+        match self {
+            Self::Preempted | Self::Drained => RunnerError::Drained,
+            Self::Fenced(r) => RunnerError::Progress(r.into()),
+            Self::Failed(e) => e,
+        }
+    }
+}
+
+pub(crate) struct Inner<P: Processor> {
+    pub(crate) processor: P,
+    pub(crate) contract: Contract,
+    pub(crate) config: RunnerConfig,
+    pub(crate) journal: Arc<dyn Journal>,
+    pub(crate) store: Arc<dyn ProgressStore>,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) background: Arc<BackgroundWork>,
+    pub(crate) work: tokio::sync::Mutex<Working<P::State>>,
+    pub(crate) view: View<P::State>,
+    pub(crate) gate: PreemptGate,
+    pub(crate) shutdown: CancellationToken,
+}
+
+impl<P: Processor> Drop for Inner<P> {
+    /// Dropping the last handle is the process dying: background work goes
+    /// with it, and the armed alarm (if any) is what brings it back.
+    fn drop(&mut self) {
+        self.background.abort_all();
+    }
+}
+
+/// A stream processor runner. Cheap to clone (one shared instance).
+///
+/// Must be used inside a tokio runtime (background work is spawned).
+pub struct Runner<P: Processor> {
+    inner: Arc<Inner<P>>,
+}
+
+impl<P: Processor> Clone for Runner<P> {
+    fn clone(&self) -> Self {
+        Self { inner: Arc::clone(&self.inner) }
+    }
+}
+
+impl<P: Processor> Runner<P> {
+    /// Loads progress and brings the fold up to the ack (re-reducing, with
+    /// an audit event, if the reducer version changed). Makes no
+    /// `process_event` call.
+    pub async fn open(processor: P, adapters: Adapters, config: RunnerConfig) -> Result<Self, RunnerError> {
+        lifecycle::open(processor, adapters, config).await.map(|inner| Self { inner })
+    }
+
+    /// The wire callback: `{ checkpoint_offset, process_event_batch }`.
+    pub fn open_event_batch_callback(&self) -> EventBatchCallback<P> {
+        EventBatchCallback::new(self.clone())
+    }
+
+    /// Processes everything up to the head.
+    pub async fn catch_up(&self) -> Result<DriveReport, RunnerError> {
+        self.inner.drive().await
+    }
+
+    /// Resolves once `acknowledged_through >= position`; rejects after
+    /// `timeout_ms` or when a journal read fails meanwhile.
+    pub async fn wait_until_event(&self, position: u64, timeout_ms: u64) -> Result<(), WaitError> {
+        self.inner.wait_until_event(position, timeout_ms).await
+    }
+
+    /// The persisted reduction.
+    pub fn snapshot(&self) -> Snapshot<P::State> {
+        self.inner.view.snapshot()
+    }
+
+    pub fn runtime_state(&self) -> RuntimeState {
+        self.inner.view.runtime(self.inner.background.pending())
+    }
+
+    /// Stops cleanly before `deadline_ms`: cancels in-flight blocking work
+    /// (its event stays unacknowledged), checkpoints settled work, leaves the
+    /// revival alarm armed. Later drives return [`RunnerError::Drained`].
+    pub async fn drain(&self, deadline_ms: u64) -> DrainReport {
+        self.inner.drain(deadline_ms).await
+    }
+
+    /// Rebuilds the reduction through the ack, reduce only; appends one
+    /// `stream/processor-re-reduced` audit event.
+    pub async fn re_reduce(&self, reason: &str) -> Result<(), RunnerError> {
+        self.inner.re_reduce(reason).await
+    }
+
+    /// Compare-and-swap rewind: ack = `position - 1`, revision + 1, fold
+    /// rebuilt; later drives reduce and process again from `position` under
+    /// new idempotency keys. Appends one `stream/processor-reprocessed` audit
+    /// event. With a wrong `expected_cursor_revision` nothing changes.
+    pub async fn reprocess_from(
+        &self,
+        position: u64,
+        expected_cursor_revision: u64,
+        reason: &str,
+    ) -> Result<(), RunnerError> {
+        self.inner.reprocess_from(position, expected_cursor_revision, reason).await
+    }
+
+    /// Advances past a poison event: everything through `position` is
+    /// reduced, none of it processed. Appends one `stream/processor-skipped`
+    /// audit event. Fenced by `expected_cursor_revision`.
+    pub async fn skip_through(
+        &self,
+        position: u64,
+        reason: &str,
+        expected_cursor_revision: u64,
+    ) -> Result<(), RunnerError> {
+        self.inner.skip_through(position, reason, expected_cursor_revision).await
+    }
+
+    pub fn contract(&self) -> &Contract {
+        &self.inner.contract
+    }
+}

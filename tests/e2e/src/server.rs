@@ -1,0 +1,261 @@
+//! Running the real `durable-streams` binary on 127.0.0.1.
+
+use std::fs::File;
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure, Context};
+use tempfile::TempDir;
+
+/// How long a freshly spawned server may take to answer `/health`.
+const READY_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The server binary: `$DS_SERVER_BIN` if set, else built once per test
+/// process with `cargo build -p durable-streams` into the target dir
+/// (`$CARGO_TARGET_DIR`, else the one this test binary was built in).
+/// Concurrent builds from several test processes are serialised by cargo's
+/// own build-directory lock.
+pub fn server_bin() -> PathBuf {
+    static BIN: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    match BIN.get_or_init(|| locate_or_build().map_err(|e| format!("{e:#}"))) {
+        Ok(bin) => bin.clone(),
+        Err(e) => panic!("no server binary: {e}"),
+    }
+}
+
+fn locate_or_build() -> anyhow::Result<PathBuf> {
+    if let Some(bin) = std::env::var_os("DS_SERVER_BIN") {
+        let bin = PathBuf::from(bin);
+        ensure!(bin.is_file(), "DS_SERVER_BIN={} is not a file", bin.display());
+        return Ok(bin);
+    }
+    let root = workspace_root();
+    let target = target_dir(&root);
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let out = Command::new(cargo)
+        .args(["build", "-p", "durable-streams"])
+        .current_dir(&root)
+        .env("CARGO_TARGET_DIR", &target)
+        .stdin(Stdio::null())
+        .output()
+        .context("running cargo build -p durable-streams")?;
+    if !out.status.success() {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        bail!("cargo build -p durable-streams failed ({}):\n{}", out.status, tail(&stderr, 6000));
+    }
+    let bin = target.join("debug").join(format!("durable-streams{}", std::env::consts::EXE_SUFFIX));
+    ensure!(bin.is_file(), "built, but {} does not exist", bin.display());
+    Ok(bin)
+}
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn target_dir(root: &Path) -> PathBuf {
+    if let Some(dir) = std::env::var_os("CARGO_TARGET_DIR") {
+        return root.join(dir); // an absolute dir replaces root
+    }
+    // <target>/<profile>/deps/<this test binary>
+    let from_exe = std::env::current_exe().ok().and_then(|exe| exe.ancestors().nth(3).map(Path::to_path_buf));
+    from_exe.filter(|d| d.join("debug").is_dir() || d.join("release").is_dir()).unwrap_or_else(|| root.join("target"))
+}
+
+fn tail(s: &str, max: usize) -> &str {
+    let mut start = s.len().saturating_sub(max);
+    while !s.is_char_boundary(start) {
+        start += 1;
+    }
+    &s[start..]
+}
+
+/// Which substrate `serve` uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Store {
+    Local,
+    Memory,
+}
+
+/// How to start a server.
+#[derive(Debug, Clone)]
+pub struct ServerOpts {
+    pub store: Store,
+    /// Local store directory; `None` makes a fresh temp dir owned by the server.
+    pub data_dir: Option<PathBuf>,
+    pub max_body_bytes: Option<usize>,
+    pub long_poll_timeout: &'static str,
+}
+
+impl Default for ServerOpts {
+    fn default() -> Self {
+        Self { store: Store::Local, data_dir: None, max_body_bytes: None, long_poll_timeout: "500ms" }
+    }
+}
+
+/// A running server process; killed (SIGKILL) on drop if still running.
+pub struct Server {
+    child: Child,
+    pub addr: SocketAddr,
+    /// `http://127.0.0.1:PORT`
+    pub base: String,
+    pub data_dir: PathBuf,
+    log_path: PathBuf,
+    _log_dir: TempDir,
+    _own_data: Option<TempDir>,
+}
+
+impl Server {
+    /// A local-store server over a fresh temp data dir.
+    pub async fn local() -> anyhow::Result<Self> {
+        Self::start(ServerOpts::default()).await
+    }
+
+    /// Spawn the binary on a free 127.0.0.1 port and wait until it answers.
+    /// Retries with another port if the chosen one was taken meanwhile.
+    pub async fn start(opts: ServerOpts) -> anyhow::Result<Self> {
+        let bin = server_bin();
+        let (data_dir, own_data) = match &opts.data_dir {
+            Some(dir) => (dir.clone(), None),
+            None => {
+                let tmp = tempfile::tempdir().context("temp data dir")?;
+                (tmp.path().join("data"), Some(tmp))
+            }
+        };
+        let mut own_data = own_data;
+        let mut last_err = None;
+        for _ in 0..5 {
+            let port = free_port()?;
+            let log_dir = tempfile::tempdir().context("temp log dir")?;
+            let log_path = log_dir.path().join("server.log");
+            let log = File::create(&log_path).context("creating the server log")?;
+            let mut cmd = Command::new(&bin);
+            cmd.arg("serve")
+                .args(["--bind", &format!("127.0.0.1:{port}")])
+                .args(["--store", if opts.store == Store::Local { "local" } else { "memory" }])
+                .arg("--data-dir")
+                .arg(&data_dir)
+                .args(["--long-poll-timeout", opts.long_poll_timeout]);
+            if let Some(max) = opts.max_body_bytes {
+                cmd.args(["--max-body-bytes", &max.to_string()]);
+            }
+            cmd.stdin(Stdio::null()).stdout(log.try_clone()?).stderr(log);
+            let child = cmd.spawn().with_context(|| format!("spawning {}", bin.display()))?;
+            let addr = SocketAddr::from(([127, 0, 0, 1], port));
+            let mut server = Server {
+                child,
+                addr,
+                base: format!("http://{addr}"),
+                data_dir: data_dir.clone(),
+                log_path,
+                _log_dir: log_dir,
+                _own_data: None,
+            };
+            match server.wait_ready().await {
+                Ok(()) => {
+                    server._own_data = own_data.take();
+                    return Ok(server);
+                }
+                Err(e) => {
+                    let log = server.log_tail();
+                    let port_taken = log.contains("binding") || log.contains("in use");
+                    last_err = Some(e.context(format!("server log:\n{log}")));
+                    if !port_taken {
+                        break;
+                    }
+                }
+            }
+        }
+        Err(last_err.unwrap_or_else(|| anyhow::anyhow!("server did not start")))
+    }
+
+    async fn wait_ready(&mut self) -> anyhow::Result<()> {
+        let client = crate::client();
+        let deadline = Instant::now() + READY_TIMEOUT;
+        let url = format!("{}/health", self.base);
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                bail!("server exited before answering: {status}");
+            }
+            if let Ok(resp) = client.get(&url).timeout(Duration::from_secs(2)).send().await {
+                if resp.status().is_success() {
+                    return Ok(());
+                }
+            }
+            if Instant::now() > deadline {
+                bail!("server did not answer {url} within {READY_TIMEOUT:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// `{base}/v1/stream/{path}`
+    pub fn url(&self, path: &str) -> String {
+        format!("{}/v1/stream/{path}", self.base)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Whether the process is still running.
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// `kill -9`: the process dies wherever it is (crash simulation).
+    pub fn kill9(&mut self) -> anyhow::Result<()> {
+        self.child.kill().context("SIGKILL")?;
+        self.child.wait().context("reaping the killed server")?;
+        Ok(())
+    }
+
+    /// `kill -TERM` and wait up to `timeout` for a graceful exit; `None` if
+    /// it is still running then (it is killed on drop).
+    pub async fn terminate(&mut self, timeout: Duration) -> anyhow::Result<Option<ExitStatus>> {
+        let status = Command::new("kill").args(["-TERM", &self.pid().to_string()]).status().context("running kill")?;
+        ensure!(status.success(), "kill -TERM {} failed: {status}", self.pid());
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                return Ok(Some(status));
+            }
+            if Instant::now() > deadline {
+                return Ok(None);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// The last few KB of the server's stdout/stderr.
+    pub fn log_tail(&self) -> String {
+        let log = std::fs::read(&self.log_path).unwrap_or_default();
+        tail(&String::from_utf8_lossy(&log), 4000).to_owned()
+    }
+
+    /// Panic unless the process still runs and `/health` answers 200: a
+    /// request must never have crashed or wedged the server.
+    pub async fn assert_answers(&mut self) {
+        assert!(self.is_running(), "server process died; log:\n{}", self.log_tail());
+        let resp = crate::client().get(format!("{}/health", self.base)).send().await;
+        let status = resp.as_ref().map(|r| r.status().as_u16());
+        assert!(matches!(status, Ok(200)), "server does not answer /health: {status:?}; log:\n{}", self.log_tail());
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// A port that was free a moment ago on 127.0.0.1.
+fn free_port() -> anyhow::Result<u16> {
+    let listener = TcpListener::bind("127.0.0.1:0").context("binding 127.0.0.1:0")?;
+    Ok(listener.local_addr()?.port())
+}
