@@ -34,6 +34,7 @@
 
 mod concurrency;
 pub mod fixtures;
+mod pipeline;
 mod records;
 mod restart;
 mod services;
@@ -44,6 +45,7 @@ use async_trait::async_trait;
 use crate::Substrate;
 
 pub use concurrency::{concurrent_appends_one_stream, concurrent_commits_all_or_nothing};
+pub use pipeline::{submit_is_ordered, version_pins_incarnation};
 pub use records::{list_streams_pages, meta_roundtrip, read_chunks_ranges, rich_meta, touch_without_version_bump};
 pub use restart::restart_keeps_committed;
 pub use services::{
@@ -108,6 +110,8 @@ pub async fn run_all(f: &dyn SubstrateFactory, options: SuiteOptions) {
     meta_roundtrip(f).await;
     concurrent_commits_all_or_nothing(f, 8, 10).await;
     concurrent_appends_one_stream(f, options.writers, options.appends_each).await;
+    submit_is_ordered(f).await;
+    version_pins_incarnation(f).await;
     hub_wakes_after_commit(f).await;
     hub_no_missed_wakeup(f).await;
     hub_deadline(f).await;
