@@ -42,6 +42,8 @@ contract_tests!(
     list_streams_pages,
     read_chunks_ranges,
     meta_roundtrip,
+    submit_is_ordered,
+    version_pins_incarnation,
     hub_wakes_after_commit,
     hub_no_missed_wakeup,
     hub_deadline,
