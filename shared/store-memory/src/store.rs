@@ -50,8 +50,11 @@ impl State {
             Op::PutChunk { path, incarnation, chunk } => {
                 // Empty chunks hold no bytes and would shadow a real chunk at
                 // the same start, so they are not stored.
+                // Copied: a request body is often a slice of a larger network
+                // buffer, and keeping the slice would pin the whole buffer.
                 if !chunk.data.is_empty() {
-                    self.incarnation_mut(&path, &incarnation).chunks.insert(chunk.start, chunk.data);
+                    let data = Bytes::copy_from_slice(&chunk.data);
+                    self.incarnation_mut(&path, &incarnation).chunks.insert(chunk.start, data);
                 }
             }
             Op::PutProducer { path, incarnation, producer_id, state } => {
