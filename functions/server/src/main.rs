@@ -1,5 +1,6 @@
 //! `durable-streams serve`: the protocol router over the chosen substrate.
 
+mod aws;
 mod cli;
 mod stores;
 

@@ -21,6 +21,6 @@ pub async fn open(args: &ServeArgs) -> anyhow::Result<(Substrate, Option<Unbound
                 .with_context(|| format!("opening local store in {}", args.data_dir.display()))?;
             Ok((sub, Some(due)))
         }
-        StoreKind::Aws => anyhow::bail!("--store aws is not built into this binary yet"),
+        StoreKind::Aws => Ok((crate::aws::open().await?, None)),
     }
 }

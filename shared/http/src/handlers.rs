@@ -38,9 +38,6 @@ async fn dispatch(app: AppState, req: Request) -> ApiResult {
             "the reserved __ds control APIs (subscriptions) are not implemented by this server yet",
         ));
     }
-    let span = tracing::info_span!("stream", method = %req.method(), path = %path);
-    let _enter = span.enter();
-    drop(_enter);
     match *req.method() {
         Method::PUT => put(app, path, req).await,
         Method::POST => post(app, path, req).await,

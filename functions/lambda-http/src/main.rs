@@ -1,0 +1,9 @@
+//! Lambda entry point: configuration and clients once per process, then the
+//! Lambda runtime loop with streaming responses.
+
+#[tokio::main]
+async fn main() -> Result<(), lambda_http::Error> {
+    lambda_http_fn::init_logs();
+    let router = lambda_http_fn::router_from_env().await?;
+    lambda_http::run_with_streaming_response(lambda_http_fn::handler(router)).await
+}

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Build the Lambda functions into deployable zips with cargo-lambda (from PyPI,
+# pinned: it ships a prebuilt cargo-lambda binary and zig as the linker, so the
+# binaries target the glibc of Amazon Linux 2023 whatever this machine runs).
+#
+# Usage (from anywhere): bash infra/build-lambda.sh [--arm64] [extra cargo-lambda args]
+# Output: $CARGO_TARGET_DIR (default: target)/lambda/<function>/bootstrap.zip for
+#   lambda-http and lambda-alarm; their paths are printed at the end.
+set -euo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+ROOT="$(cd "$HERE/.." && pwd)"
+# shellcheck source=venv.sh
+. "$HERE/venv.sh"
+BIN="$(ds_venv cargo-lambda "$HERE/cargo-lambda-constraints.txt" "cargo-lambda==1.9.2")"
+FUNCTIONS=(lambda-http lambda-alarm)
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
+LAMBDA_DIR="$CARGO_TARGET_DIR/lambda"
+
+cd "$ROOT"
+# cargo-lambda looks for zig on PATH or as `python -m ziglang`; the venv has both.
+export PATH="$BIN:$PATH"
+PKGS=()
+for f in "${FUNCTIONS[@]}"; do PKGS+=(--package "$f"); done
+cargo lambda build --release --output-format zip --lambda-dir "$LAMBDA_DIR" "${PKGS[@]}" "$@"
+
+for f in "${FUNCTIONS[@]}"; do
+  zip="$LAMBDA_DIR/$f/bootstrap.zip"
+  [ -s "$zip" ] || { echo "build-lambda: missing $zip" >&2; exit 1; }
+  echo "build-lambda: $zip ($(du -h "$zip" | cut -f1))"
+done

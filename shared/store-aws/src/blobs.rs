@@ -1,0 +1,126 @@
+//! S3 access for chunk bodies and sealed segments: write-once puts
+//! (`If-None-Match: *`), ranged reads and deletes.
+
+use aws_sdk_s3::primitives::ByteStream;
+use bytes::Bytes;
+use tracing::{debug, warn};
+
+use crate::error::{classify, AwsError};
+use crate::faults::{Fault, FaultPoint, Faults};
+
+/// The bucket and its client.
+#[derive(Clone, Debug)]
+pub struct Blobs {
+    pub s3: aws_sdk_s3::Client,
+    pub bucket: String,
+}
+
+impl Blobs {
+    /// Store `data` under the fresh `key`. Fails with
+    /// [`AwsError::AlreadyExists`] rather than overwrite: every key is meant
+    /// to be written exactly once.
+    #[tracing::instrument(level = "debug", skip(self, data, faults), fields(len = data.len()))]
+    pub async fn put_new(&self, key: &str, data: Bytes, faults: &Faults) -> Result<(), AwsError> {
+        match faults.take(FaultPoint::S3Put) {
+            Some(Fault::Throttle) => return Err(AwsError::Throttled("injected: S3 SlowDown".into())),
+            Some(Fault::Reject) => return Err(AwsError::Rejected("injected: S3 AccessDenied".into())),
+            Some(Fault::LoseAck) | None => {}
+        }
+        self.s3
+            .put_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .if_none_match("*")
+            .content_length(i64::try_from(data.len()).unwrap_or(i64::MAX))
+            .body(ByteStream::from(data))
+            .send()
+            .await
+            .map_err(classify)?;
+        Ok(())
+    }
+
+    /// Bytes `[offset, offset + len)` of the object at `key`.
+    #[tracing::instrument(level = "debug", skip(self, faults))]
+    pub async fn get_range(&self, key: &str, offset: u64, len: u64, faults: &Faults) -> Result<Bytes, AwsError> {
+        if len == 0 {
+            return Ok(Bytes::new());
+        }
+        match faults.take(FaultPoint::S3Get) {
+            Some(Fault::Throttle) => return Err(AwsError::Throttled("injected: S3 SlowDown".into())),
+            Some(Fault::Reject) => return Err(AwsError::Rejected("injected: S3 AccessDenied".into())),
+            Some(Fault::LoseAck) | None => {}
+        }
+        let out = self
+            .s3
+            .get_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .range(format!("bytes={}-{}", offset, offset + len - 1))
+            .send()
+            .await
+            .map_err(classify)?;
+        let body = out
+            .body
+            .collect()
+            .await
+            .map_err(|e| AwsError::Ambiguous(format!("reading S3 body of {key}: {e}")))?
+            .into_bytes();
+        if body.len() as u64 != len {
+            return Err(AwsError::Rejected(format!(
+                "object {key} returned {} bytes for a {len}-byte range at {offset}",
+                body.len()
+            )));
+        }
+        Ok(body)
+    }
+
+    /// Delete `key`; a missing object is fine.
+    pub async fn delete(&self, key: &str) -> Result<(), AwsError> {
+        match self.s3.delete_object().bucket(&self.bucket).key(key).send().await {
+            Ok(_) => Ok(()),
+            Err(e) => match classify(e) {
+                AwsError::NotFound(_) => Ok(()),
+                other => Err(other),
+            },
+        }
+    }
+
+    /// Best-effort delete of objects no committed item points at (used after
+    /// a failed commit); failures are logged and left to the sweeper.
+    pub async fn discard(&self, keys: &[String]) {
+        for key in keys {
+            match self.delete(key).await {
+                Ok(()) => debug!(key, "discarded uncommitted object"),
+                Err(e) => warn!(key, error = %e, "could not discard an uncommitted object; the sweeper will"),
+            }
+        }
+    }
+
+    /// Every key under `prefix` with its last-modified time (epoch ms).
+    pub async fn list(&self, prefix: &str) -> Result<Vec<(String, i64)>, AwsError> {
+        let mut out = Vec::new();
+        let mut token: Option<String> = None;
+        loop {
+            let page = self
+                .s3
+                .list_objects_v2()
+                .bucket(&self.bucket)
+                .prefix(prefix)
+                .set_continuation_token(token.take())
+                .send()
+                .await
+                .map_err(classify)?;
+            for obj in page.contents() {
+                if let Some(key) = obj.key() {
+                    let modified = obj.last_modified().and_then(|t| t.to_millis().ok()).unwrap_or(0);
+                    out.push((key.to_owned(), modified));
+                }
+            }
+            match page.next_continuation_token() {
+                Some(t) if page.is_truncated() == Some(true) => token = Some(t.to_owned()),
+                _ => break,
+            }
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,183 @@
+//! Garbage removal: the items and objects of deleted incarnations, and S3
+//! objects no chunk item points at (left by a crash between the S3 put and
+//! the commit). Nothing here is on a request's correctness path: garbage is
+//! unreachable by construction (its incarnation is gone, or no item points
+//! at it), so removal may be late or repeated.
+
+use std::collections::HashSet;
+
+use aws_sdk_dynamodb::types::{AttributeValue, DeleteRequest, WriteRequest};
+use tracing::{debug, info};
+
+use crate::backend::Backend;
+use crate::codec::{self, s, Item};
+use crate::error::{classify, AwsError};
+use crate::schema::{self, chunk_attr, PK, SK};
+
+/// Sort-key/pointer projection of every item in a stream's partition whose
+/// sort key starts with `prefix` (all items when `prefix` is empty).
+pub async fn list_keys(b: &Backend, path: &str, prefix: &str) -> Result<Vec<Item>, AwsError> {
+    let mut out = Vec::new();
+    let mut start: Option<Item> = None;
+    loop {
+        let mut q = b
+            .ddb
+            .query()
+            .table_name(&b.cfg.table)
+            .consistent_read(true)
+            .projection_expression("#pk, #sk, #obj")
+            .expression_attribute_names("#pk", PK)
+            .expression_attribute_names("#sk", SK)
+            .expression_attribute_names("#obj", chunk_attr::OBJECT)
+            .expression_attribute_values(":pk", s(schema::stream_pk(path)))
+            .set_exclusive_start_key(start.take());
+        q = if prefix.is_empty() {
+            q.key_condition_expression("#pk = :pk")
+        } else {
+            q.key_condition_expression("#pk = :pk AND begins_with(#sk, :pre)")
+                .expression_attribute_values(":pre", s(prefix))
+        };
+        let page = q.send().await.map_err(classify)?;
+        out.extend(page.items().iter().cloned());
+        match page.last_evaluated_key() {
+            Some(k) if !k.is_empty() => start = Some(k.clone()),
+            _ => break,
+        }
+    }
+    Ok(out)
+}
+
+/// Delete the given items (by key) in batches of 25, retrying unprocessed ones.
+pub async fn delete_items(b: &Backend, keys: &[Item]) -> Result<(), AwsError> {
+    for batch in keys.chunks(25) {
+        let mut requests: Vec<WriteRequest> = batch
+            .iter()
+            .filter_map(|k| {
+                let key: Item =
+                    [PK, SK].iter().filter_map(|a| k.get(*a).map(|v| ((*a).to_owned(), v.clone()))).collect();
+                DeleteRequest::builder().set_key(Some(key)).build().ok()
+            })
+            .map(|d| WriteRequest::builder().delete_request(d).build())
+            .collect();
+        for attempt in 0..8u32 {
+            if requests.is_empty() {
+                break;
+            }
+            if attempt > 0 {
+                tokio::time::sleep(b.backoff(attempt)).await;
+            }
+            let out = b
+                .ddb
+                .batch_write_item()
+                .request_items(&b.cfg.table, requests.clone())
+                .send()
+                .await
+                .map_err(classify)?;
+            requests = out.unprocessed_items().and_then(|m| m.get(&b.cfg.table)).cloned().unwrap_or_default();
+        }
+        if !requests.is_empty() {
+            return Err(AwsError::Throttled(format!("{} deletes left unprocessed", requests.len())));
+        }
+    }
+    Ok(())
+}
+
+/// Delete S3 objects (batches of up to 1000 via `DeleteObjects`).
+pub async fn delete_objects(b: &Backend, keys: &[String]) -> Result<(), AwsError> {
+    use aws_sdk_s3::types::{Delete, ObjectIdentifier};
+    for batch in keys.chunks(1000) {
+        let ids: Vec<ObjectIdentifier> =
+            batch.iter().filter_map(|k| ObjectIdentifier::builder().key(k).build().ok()).collect();
+        let delete = Delete::builder()
+            .set_objects(Some(ids))
+            .quiet(true)
+            .build()
+            .map_err(|e| AwsError::Rejected(e.to_string()))?;
+        b.blobs.s3.delete_objects().bucket(&b.blobs.bucket).delete(delete).send().await.map_err(classify)?;
+    }
+    Ok(())
+}
+
+/// Remove every chunk item, producer item and S3 object of a deleted
+/// `(path, incarnation)`. Idempotent.
+#[tracing::instrument(level = "debug", skip(b))]
+pub async fn purge_incarnation(b: &Backend, path: &str, incarnation: &str) -> Result<(), AwsError> {
+    let mut keys = list_keys(b, path, &schema::chunk_sk_prefix(incarnation)).await?;
+    keys.extend(list_keys(b, path, &schema::producer_sk_prefix(incarnation)).await?);
+    delete_items(b, &keys).await?;
+    let mut objects: Vec<String> = Vec::new();
+    for prefix in [schema::chunk_object_prefix(path, incarnation), schema::segment_object_prefix(path, incarnation)] {
+        objects.extend(b.blobs.list(&prefix).await?.into_iter().map(|(k, _)| k));
+    }
+    if !objects.is_empty() {
+        delete_objects(b, &objects).await?;
+    }
+    debug!(items = keys.len(), objects = objects.len(), "purged incarnation");
+    Ok(())
+}
+
+/// What a sweep removed.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct SweepReport {
+    pub items_deleted: usize,
+    pub objects_deleted: usize,
+}
+
+/// Sweep one stream path: remove items and objects of every incarnation
+/// other than the live one (all of them if the stream is gone), and objects
+/// of the live incarnation that no chunk item points at and that are older
+/// than `grace_ms` (younger ones may belong to a commit still in flight).
+#[tracing::instrument(level = "info", skip(b))]
+pub async fn sweep_path(b: &Backend, path: &str, grace_ms: i64, now_ms: i64) -> Result<SweepReport, AwsError> {
+    let items = list_keys(b, path, "").await?;
+    let meta_item = b
+        .ddb
+        .get_item()
+        .table_name(&b.cfg.table)
+        .consistent_read(true)
+        .set_key(Some(codec::key_of(&schema::ItemKey::Meta { path: path.to_owned() })))
+        .send()
+        .await
+        .map_err(classify)?;
+    let live = match meta_item.item() {
+        Some(item) => Some(codec::meta_from_item(item)?.incarnation),
+        None => None,
+    };
+    let mut report = SweepReport::default();
+
+    let mut referenced: HashSet<String> = HashSet::new();
+    let mut dead: Vec<Item> = Vec::new();
+    for item in items {
+        let Some(sk) = item.get(SK).and_then(|v| v.as_s().ok()) else { continue };
+        let Some(inc) = schema::incarnation_from_sk(sk) else { continue }; // the meta item
+        if Some(inc) == live.as_deref() {
+            if let Some(AttributeValue::S(key)) = item.get(chunk_attr::OBJECT) {
+                referenced.insert(key.clone());
+            }
+        } else {
+            dead.push(item);
+        }
+    }
+    delete_items(b, &dead).await?;
+    report.items_deleted = dead.len();
+
+    let digest = schema::path_digest(path);
+    let mut doomed = Vec::new();
+    for top in ["chunks", "segments"] {
+        for (key, modified) in b.blobs.list(&format!("{top}/{digest}/")).await? {
+            let inc = key.split('/').nth(2).unwrap_or("");
+            let of_live = Some(inc) == live.as_deref();
+            if !of_live || (!referenced.contains(&key) && now_ms - modified >= grace_ms) {
+                doomed.push(key);
+            }
+        }
+    }
+    if !doomed.is_empty() {
+        delete_objects(b, &doomed).await?;
+    }
+    report.objects_deleted = doomed.len();
+    if report != SweepReport::default() {
+        info!(?report, "swept garbage");
+    }
+    Ok(report)
+}

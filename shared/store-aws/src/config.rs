@@ -1,0 +1,180 @@
+//! Substrate configuration: resource names from the environment (read once
+//! per process) and the tuning knobs, each with the reason for its default.
+
+use std::time::Duration;
+
+/// Default table name (also used by `infra/aws-emulator/create-resources`).
+pub const DEFAULT_TABLE: &str = "durable-streams";
+/// Default bucket name.
+pub const DEFAULT_BUCKET: &str = "durable-streams-chunks";
+/// Default EventBridge Scheduler group.
+pub const DEFAULT_SCHEDULE_GROUP: &str = "durable-streams";
+
+/// Largest body stored inline in a chunk item. DynamoDB items max out at
+/// 400 KB and a transaction at 4 MB, but cost decides long before that: a
+/// transactional write costs 2 WCU per KB, so a 32 KiB inline chunk costs
+/// ~66 WCU against one S3 PUT plus a small pointer item above it. Below the
+/// threshold the extra S3 round trip (tens of ms) would dominate append
+/// latency; above it S3 is both cheaper and keeps items small for reads.
+pub const DEFAULT_INLINE_THRESHOLD: usize = 32 * 1024;
+/// Hard cap on the inline threshold: leaves room under the 400 KB item limit
+/// for keys and attributes.
+pub const MAX_INLINE_THRESHOLD: usize = 350 * 1024;
+
+#[derive(Debug, Clone)]
+pub struct AwsConfig {
+    pub table: String,
+    pub bucket: String,
+    pub schedule_group: String,
+    /// ARN of the alarm Lambda (the schedules' target).
+    pub alarm_target_arn: String,
+    /// Role EventBridge Scheduler assumes to invoke the alarm Lambda.
+    pub scheduler_role_arn: String,
+    pub inline_threshold: usize,
+    pub poll: PollConfig,
+    pub registry: RegistryConfig,
+    pub retry: RetryConfig,
+    /// Sliding-TTL refreshes of one stream are written at most this often
+    /// (shortened for tiny TTLs, see [`crate::store`]'s touch).
+    pub touch_interval: Duration,
+}
+
+/// Adaptive polling of the meta item by the poll-backed hub.
+#[derive(Debug, Clone)]
+pub struct PollConfig {
+    /// First interval after a subscription starts or a change was seen: a
+    /// just-active stream is likely to change again soon.
+    pub min: Duration,
+    /// Upper bound: the longest a cross-instance change stays unseen.
+    pub max: Duration,
+    /// Growth factor per poll that saw no change.
+    pub backoff: f64,
+}
+
+/// Bounds of the per-process map of per-stream contexts.
+#[derive(Debug, Clone)]
+pub struct RegistryConfig {
+    /// Contexts beyond this count are evicted as soon as they are unused.
+    pub max_contexts: usize,
+    /// An unused context is kept this long (warm cache for the next request).
+    pub idle_ttl: Duration,
+}
+
+/// Retries of a commit inside the substrate (throttling, transaction
+/// contention, unknown outcome) and the backoff after a lost race.
+#[derive(Debug, Clone)]
+pub struct RetryConfig {
+    pub attempts: u32,
+    pub base: Duration,
+    pub cap: Duration,
+}
+
+impl Default for PollConfig {
+    fn default() -> Self {
+        Self { min: Duration::from_millis(20), max: Duration::from_millis(500), backoff: 1.5 }
+    }
+}
+
+impl Default for RegistryConfig {
+    fn default() -> Self {
+        Self { max_contexts: 4096, idle_ttl: Duration::from_secs(60) }
+    }
+}
+
+impl Default for RetryConfig {
+    fn default() -> Self {
+        Self { attempts: 6, base: Duration::from_millis(5), cap: Duration::from_millis(200) }
+    }
+}
+
+/// A required setting is missing or malformed.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{0} is not set (required when talking to real AWS)")]
+    Missing(&'static str),
+    #[error("{name} has an invalid value: {value}")]
+    Invalid { name: &'static str, value: String },
+}
+
+impl AwsConfig {
+    /// Names for a local emulator, with dummy ARNs (moto stores them, never calls them).
+    pub fn for_emulator() -> Self {
+        Self {
+            table: DEFAULT_TABLE.into(),
+            bucket: DEFAULT_BUCKET.into(),
+            schedule_group: DEFAULT_SCHEDULE_GROUP.into(),
+            alarm_target_arn: "arn:aws:lambda:us-east-1:000000000000:function:durable-streams-alarm".into(),
+            scheduler_role_arn: "arn:aws:iam::000000000000:role/durable-streams-scheduler".into(),
+            inline_threshold: DEFAULT_INLINE_THRESHOLD,
+            poll: PollConfig::default(),
+            registry: RegistryConfig::default(),
+            retry: RetryConfig::default(),
+            touch_interval: Duration::from_secs(1),
+        }
+    }
+
+    /// Read `DS_AWS_TABLE`, `DS_AWS_BUCKET`, `DS_AWS_SCHEDULE_GROUP`,
+    /// `DS_AWS_ALARM_TARGET_ARN`, `DS_AWS_SCHEDULER_ROLE_ARN` and
+    /// `DS_AWS_INLINE_THRESHOLD`. The two ARNs are required unless
+    /// `AWS_ENDPOINT_URL` points at an emulator.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_lookup(|k| std::env::var(k).ok().filter(|v| !v.is_empty()))
+    }
+
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let emulated = get("AWS_ENDPOINT_URL").is_some();
+        let mut cfg = Self::for_emulator();
+        if let Some(v) = get("DS_AWS_TABLE") {
+            cfg.table = v;
+        }
+        if let Some(v) = get("DS_AWS_BUCKET") {
+            cfg.bucket = v;
+        }
+        if let Some(v) = get("DS_AWS_SCHEDULE_GROUP") {
+            cfg.schedule_group = v;
+        }
+        match get("DS_AWS_ALARM_TARGET_ARN") {
+            Some(v) => cfg.alarm_target_arn = v,
+            None if !emulated => return Err(ConfigError::Missing("DS_AWS_ALARM_TARGET_ARN")),
+            None => {}
+        }
+        match get("DS_AWS_SCHEDULER_ROLE_ARN") {
+            Some(v) => cfg.scheduler_role_arn = v,
+            None if !emulated => return Err(ConfigError::Missing("DS_AWS_SCHEDULER_ROLE_ARN")),
+            None => {}
+        }
+        if let Some(v) = get("DS_AWS_INLINE_THRESHOLD") {
+            let n: usize =
+                v.parse().map_err(|_| ConfigError::Invalid { name: "DS_AWS_INLINE_THRESHOLD", value: v.clone() })?;
+            if n > MAX_INLINE_THRESHOLD {
+                return Err(ConfigError::Invalid { name: "DS_AWS_INLINE_THRESHOLD", value: v });
+            }
+            cfg.inline_threshold = n;
+        }
+        Ok(cfg)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn lookup(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let m: HashMap<String, String> = pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+        move |k| m.get(k).cloned()
+    }
+
+    #[test]
+    fn real_aws_requires_the_arns_and_the_emulator_does_not() {
+        assert!(matches!(AwsConfig::from_lookup(lookup(&[])), Err(ConfigError::Missing(_))));
+        let cfg = AwsConfig::from_lookup(lookup(&[("AWS_ENDPOINT_URL", "http://127.0.0.1:1"), ("DS_AWS_TABLE", "t")]));
+        assert_eq!(cfg.map(|c| c.table).ok().as_deref(), Some("t"));
+        let too_big = MAX_INLINE_THRESHOLD + 1;
+        let cfg = AwsConfig::from_lookup(lookup(&[
+            ("AWS_ENDPOINT_URL", "http://127.0.0.1:1"),
+            ("DS_AWS_INLINE_THRESHOLD", &too_big.to_string()),
+        ]));
+        assert!(cfg.is_err());
+    }
+}

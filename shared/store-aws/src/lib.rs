@@ -1,0 +1,111 @@
+//! The AWS substrate: every substrate trait of `ds-core` over DynamoDB, S3
+//! and EventBridge Scheduler, for the multi-instance Lambda deployment.
+//!
+//! | trait | implementation |
+//! | --- | --- |
+//! | [`StreamStore`](ds_core::StreamStore) | [`store::AwsStore`]: one table (layout in [`schema`]); `commit` = one `TransactWriteItems` ([`txn`]); large bodies and sealed segments in S3 ([`blobs`], [`segments`]) |
+//! | [`StreamMutex`](ds_core::StreamMutex) | [`mutex::AwsMutex`]: in-process semaphore as an optimization; the guarantee is the commit's version condition |
+//! | [`StreamHub`](ds_core::StreamHub) | [`hub::PollHub`]: one adaptive poller of the meta item per stream per process; local commits wake at once |
+//! | [`ExpiryScheduler`](ds_core::ExpiryScheduler) | [`scheduler::EventBridgeScheduler`]: one-shot `at()` schedule per incarnation, re-armed lazily |
+//! | [`ForkPeer`](ds_core::ForkPeer) | [`ds_core::StoreForkPeer`] over the same table (reference counts move inside the fork's commit) |
+//! | [`StreamRegistry`](ds_core::StreamRegistry) | [`registry::AwsRegistry`]: per-process contexts (cached meta, lock, poller), idle-evicted, bounded |
+//!
+//! Build one [`AwsSubstrate`] per process ([`AwsSubstrate::from_env`]): it
+//! owns the SDK clients and the registry.
+
+pub mod backend;
+pub mod blobs;
+pub mod cleanup;
+pub mod clients;
+pub mod codec;
+pub mod config;
+pub mod error;
+pub mod faults;
+pub mod hub;
+pub mod mutex;
+pub mod plan;
+pub mod reader;
+pub mod registry;
+pub mod scheduler;
+pub mod schema;
+pub mod segments;
+pub mod store;
+pub mod txn;
+
+use std::sync::Arc;
+
+use ds_core::{StoreForkPeer, StreamStore, Substrate};
+
+pub use clients::AwsClients;
+pub use config::{AwsConfig, ConfigError};
+pub use faults::{Fault, FaultPoint};
+pub use scheduler::{schedule_name, AlarmInput};
+
+use backend::Backend;
+
+/// One AWS substrate instance (one per process).
+#[derive(Clone)]
+pub struct AwsSubstrate {
+    backend: Arc<Backend>,
+}
+
+impl AwsSubstrate {
+    pub fn new(cfg: AwsConfig, clients: AwsClients) -> Self {
+        Self { backend: Arc::new(Backend::new(cfg, clients)) }
+    }
+
+    /// Configuration and clients from the environment (see
+    /// [`AwsConfig::from_env`] and [`AwsClients::from_env`]).
+    pub async fn from_env() -> Result<Self, ConfigError> {
+        let cfg = AwsConfig::from_env()?;
+        Ok(Self::new(cfg, AwsClients::from_env().await))
+    }
+
+    /// The six substrate services, sharing this instance's clients and registry.
+    pub fn substrate(&self) -> Substrate {
+        let b = &self.backend;
+        let store: Arc<dyn StreamStore> = Arc::new(store::AwsStore { b: Arc::clone(b) });
+        Substrate {
+            store: Arc::clone(&store),
+            mutex: Arc::new(mutex::AwsMutex { registry: Arc::clone(&b.registry) }),
+            hub: Arc::new(hub::PollHub { b: Arc::clone(b) }),
+            scheduler: Arc::new(scheduler::EventBridgeScheduler { b: Arc::clone(b) }),
+            fork_peer: Arc::new(StoreForkPeer::new(store)),
+            registry: Arc::new(registry::AwsRegistry { registry: Arc::clone(&b.registry) }),
+        }
+    }
+
+    pub fn config(&self) -> &AwsConfig {
+        &self.backend.cfg
+    }
+
+    /// Queue injected failures (tests of failing commits).
+    pub fn inject_fault(&self, point: FaultPoint, fault: Fault, count: usize) {
+        self.backend.faults.inject(point, fault, count);
+    }
+
+    /// Injected failures not consumed yet.
+    pub fn pending_faults(&self) -> usize {
+        self.backend.faults.pending()
+    }
+
+    /// Pack old inline chunks of a stream into one sealed S3 segment (see
+    /// [`segments::seal`]).
+    pub async fn seal(
+        &self,
+        path: &str,
+        opts: segments::SealOptions,
+    ) -> Result<segments::SealReport, ds_core::StoreError> {
+        segments::seal(&self.backend, path, opts).await
+    }
+
+    /// Remove garbage of one stream path (see [`cleanup::sweep_path`]).
+    pub async fn sweep(
+        &self,
+        path: &str,
+        grace_ms: i64,
+        now_ms: i64,
+    ) -> Result<cleanup::SweepReport, ds_core::StoreError> {
+        Ok(cleanup::sweep_path(&self.backend, path, grace_ms, now_ms).await?)
+    }
+}

@@ -1,0 +1,189 @@
+//! The chunk read path: one consistent `Query` over the chunk items of an
+//! incarnation (keyed by end position, so the chunk containing `from` comes
+//! first), then ranged S3 GETs for chunks that point into objects, one GET per
+//! run of chunks that are contiguous in the same object (a sealed segment
+//! serves a whole catch-up read with one GET).
+
+use bytes::Bytes;
+use ds_core::{Chunk, StoreError};
+
+use crate::backend::Backend;
+use crate::codec::{self, s, ChunkBody, ChunkItem, Item};
+use crate::error::{classify, AwsError};
+use crate::schema::{self, PK, SK};
+
+/// Parallel ranged GETs per read.
+const MAX_PARALLEL_GETS: usize = 8;
+
+/// Chunk items of `(path, incarnation)` overlapping `[from, until)` in
+/// position order, stopping once `max_bytes` is reached (at least one).
+pub async fn chunk_items(
+    b: &Backend,
+    path: &str,
+    incarnation: &str,
+    from: u64,
+    until: u64,
+    max_bytes: usize,
+) -> Result<Vec<ChunkItem>, AwsError> {
+    let mut out: Vec<ChunkItem> = Vec::new();
+    if from >= until {
+        return Ok(out);
+    }
+    let mut total: u64 = 0;
+    let budget = max_bytes as u64;
+    // Chunks ending in (from, until] are needed; one more may end past `until`
+    // when `until` falls inside a chunk (a fork's base): fetched second.
+    let lo = schema::chunk_sk(incarnation, from.saturating_add(1));
+    let hi = schema::chunk_sk(incarnation, until);
+    let mut start_key: Option<Item> = None;
+    let mut reached_until = false;
+    'pages: loop {
+        let page = b
+            .ddb
+            .query()
+            .table_name(&b.cfg.table)
+            .consistent_read(true)
+            .key_condition_expression("#pk = :pk AND #sk BETWEEN :lo AND :hi")
+            .expression_attribute_names("#pk", PK)
+            .expression_attribute_names("#sk", SK)
+            .expression_attribute_values(":pk", s(schema::stream_pk(path)))
+            .expression_attribute_values(":lo", s(&lo))
+            .expression_attribute_values(":hi", s(&hi))
+            .set_exclusive_start_key(start_key.take())
+            .send()
+            .await
+            .map_err(classify)?;
+        for item in page.items() {
+            let c = codec::chunk_from_item(item)?;
+            if c.start >= until {
+                reached_until = true;
+                break 'pages;
+            }
+            total += c.len();
+            reached_until = c.end >= until;
+            out.push(c);
+            if total >= budget || reached_until {
+                break 'pages;
+            }
+        }
+        match page.last_evaluated_key() {
+            Some(k) if !k.is_empty() => start_key = Some(k.clone()),
+            _ => break,
+        }
+    }
+    let covered = out.last().map_or(from, |c| c.end);
+    if !reached_until && total < budget && covered < until {
+        // The chunk straddling `until`, if any: the first chunk ending past it.
+        let page = b
+            .ddb
+            .query()
+            .table_name(&b.cfg.table)
+            .consistent_read(true)
+            .key_condition_expression("#pk = :pk AND #sk BETWEEN :lo AND :hi")
+            .expression_attribute_names("#pk", PK)
+            .expression_attribute_names("#sk", SK)
+            .expression_attribute_values(":pk", s(schema::stream_pk(path)))
+            .expression_attribute_values(":lo", s(schema::chunk_sk(incarnation, until.saturating_add(1))))
+            .expression_attribute_values(":hi", s(schema::chunk_sk(incarnation, u64::MAX)))
+            .limit(1)
+            .send()
+            .await
+            .map_err(classify)?;
+        if let Some(item) = page.items().first() {
+            let c = codec::chunk_from_item(item)?;
+            if c.start < until && c.end > covered.max(from) {
+                out.push(c);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// A run of consecutive chunks whose bytes are contiguous in one object.
+struct Fetch {
+    key: String,
+    offset: u64,
+    len: u64,
+    /// Indices into the chunk list.
+    first: usize,
+    last: usize,
+}
+
+fn plan_fetches(items: &[ChunkItem]) -> Vec<Fetch> {
+    let mut fetches: Vec<Fetch> = Vec::new();
+    for (i, c) in items.iter().enumerate() {
+        let ChunkBody::Object { key, offset } = &c.body else { continue };
+        if let Some(f) = fetches.last_mut() {
+            if f.last + 1 == i && f.key == *key && f.offset + f.len == *offset {
+                f.len += c.len();
+                f.last = i;
+                continue;
+            }
+        }
+        fetches.push(Fetch { key: key.clone(), offset: *offset, len: c.len(), first: i, last: i });
+    }
+    fetches
+}
+
+/// Resolve chunk items to chunks, fetching pointer bodies from S3.
+pub async fn materialize(b: &Backend, items: Vec<ChunkItem>) -> Result<Vec<Chunk>, AwsError> {
+    let fetches = plan_fetches(&items);
+    // Owned jobs (index, key, offset, len), fetched a batch at a time.
+    let jobs: Vec<(usize, String, u64, u64)> =
+        fetches.iter().enumerate().map(|(i, f)| (i, f.key.clone(), f.offset, f.len)).collect();
+    let mut fetched: Vec<(usize, Bytes)> = Vec::with_capacity(jobs.len());
+    for batch in jobs.chunks(MAX_PARALLEL_GETS) {
+        let gets = batch.iter().cloned().map(|(i, key, offset, len)| async move {
+            b.blobs.get_range(&key, offset, len, &b.faults).await.map(|d| (i, d))
+        });
+        let done = futures::future::try_join_all(gets).await.map_err(|e| match e {
+            // A pointed-at object is gone only when the stream was deleted
+            // under the reader.
+            AwsError::NotFound(m) => AwsError::Ambiguous(format!("chunk object vanished (stream deleted?): {m}")),
+            other => other,
+        })?;
+        fetched.extend(done);
+    }
+    let mut bodies: Vec<Option<Bytes>> = vec![None; fetches.len()];
+    for (i, d) in fetched {
+        bodies[i] = Some(d);
+    }
+    let mut out = Vec::with_capacity(items.len());
+    let mut fetch_of: Vec<Option<(usize, u64)>> = vec![None; items.len()];
+    for (fi, f) in fetches.iter().enumerate() {
+        let mut at = 0u64;
+        for (ci, c) in items.iter().enumerate().take(f.last + 1).skip(f.first) {
+            fetch_of[ci] = Some((fi, at));
+            at += c.len();
+        }
+    }
+    for (ci, c) in items.into_iter().enumerate() {
+        let data = match c.body {
+            ChunkBody::Inline(d) => d,
+            ChunkBody::Object { .. } => {
+                let (fi, at) = fetch_of[ci].ok_or_else(|| AwsError::Rejected("unplanned fetch".into()))?;
+                let body = bodies[fi].as_ref().ok_or_else(|| AwsError::Rejected("missing fetch".into()))?;
+                let (lo, hi) = (at as usize, (at + c.end - c.start) as usize);
+                if hi > body.len() {
+                    return Err(AwsError::Rejected("short object body".into()));
+                }
+                body.slice(lo..hi)
+            }
+        };
+        out.push(Chunk { start: c.start, data });
+    }
+    Ok(out)
+}
+
+/// `StreamStore::read_chunks` for the AWS store.
+pub async fn read_chunks(
+    b: &Backend,
+    path: &str,
+    incarnation: &str,
+    from: u64,
+    until: u64,
+    max_bytes: usize,
+) -> Result<Vec<Chunk>, StoreError> {
+    let items = chunk_items(b, path, incarnation, from, until, max_bytes).await?;
+    Ok(materialize(b, items).await?)
+}

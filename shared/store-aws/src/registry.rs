@@ -1,0 +1,286 @@
+//! Per-process map of per-stream contexts (the [`StreamRegistry`]): cached
+//! meta, the in-process lock, the hub's watch channel and poller, and the
+//! touch coalescing state. Idle-evicted and bounded in size.
+//!
+//! Invariant: there is at most one live [`StreamCtx`] per path in a process.
+//! Every holder (lease, lock guard, hub subscription, poller) gets its `Arc`
+//! from [`Registry::get`], and a context is only removed from the map while
+//! the map is the sole owner (`Arc::strong_count == 1`), under the map lock.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
+
+use ds_core::{ProducerState, StreamLease, StreamMeta, StreamRegistry, TailSignal};
+use tokio::sync::{watch, Semaphore};
+
+use crate::config::RegistryConfig;
+
+/// What this process last knew about a stream's meta item.
+#[derive(Debug, Clone)]
+pub struct CachedMeta {
+    pub meta: StreamMeta,
+    /// The item's commit id (`cid`), to recognise our own applied commits.
+    pub commit_id: Option<String>,
+    /// When DynamoDB last confirmed this record (read, commit, lost race).
+    pub confirmed_at: Instant,
+}
+
+impl CachedMeta {
+    pub fn new(meta: StreamMeta, commit_id: Option<String>) -> Self {
+        Self { meta, commit_id, confirmed_at: Instant::now() }
+    }
+}
+
+/// One stream's per-process state.
+pub struct StreamCtx {
+    pub path: String,
+    /// In-process exclusion for the critical section: an optimization that
+    /// keeps this process's writers from racing each other (and from wasting
+    /// transactions on lost races); correctness across processes comes from
+    /// the commit's version condition.
+    pub lock: Arc<Semaphore>,
+    cache: Mutex<Option<CachedMeta>>,
+    /// Producer states by `(incarnation, producer id)`; `None` = known absent.
+    producers: Mutex<HashMap<(String, String), Option<ProducerState>>>,
+    /// Latest known tail signal; `None` until first observed.
+    pub signal: watch::Sender<Option<TailSignal>>,
+    pub subscribers: AtomicUsize,
+    pub poller_running: Mutex<bool>,
+    /// The expiry alarm this process armed: `(incarnation, at_ms)`.
+    alarm: Mutex<Option<(String, i64)>>,
+    /// Last `touched_at_ms` this process wrote (or saw committed).
+    pub last_touch_written: AtomicI64,
+    last_used: Mutex<Instant>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding one of these short, non-async locks cannot leave
+    // the data half-updated (every critical section is a single assignment
+    // or lookup), so a poisoned lock is still safe to use.
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl StreamCtx {
+    fn new(path: &str) -> Self {
+        Self {
+            path: path.to_owned(),
+            lock: Arc::new(Semaphore::new(1)),
+            cache: Mutex::new(None),
+            producers: Mutex::new(HashMap::new()),
+            signal: watch::channel(None).0,
+            subscribers: AtomicUsize::new(0),
+            poller_running: Mutex::new(false),
+            alarm: Mutex::new(None),
+            last_touch_written: AtomicI64::new(i64::MIN),
+            last_used: Mutex::new(Instant::now()),
+        }
+    }
+
+    pub fn cached(&self) -> Option<CachedMeta> {
+        lock(&self.cache).clone()
+    }
+
+    /// Replace the cached meta (`None`: unknown / absent) and tell live
+    /// readers about it.
+    pub fn remember(&self, cached: Option<CachedMeta>) {
+        if let Some(c) = &cached {
+            self.last_touch_written.fetch_max(c.meta.touched_at_ms, Ordering::Relaxed);
+        }
+        *lock(&self.cache) = cached;
+    }
+
+    /// Only replace the cache if `meta` is not older than what is cached
+    /// (same incarnation, version not lower), e.g. for poll results racing commits.
+    pub fn remember_if_newer(&self, fresh: CachedMeta) {
+        let mut slot = lock(&self.cache);
+        let keep_old = slot
+            .as_ref()
+            .is_some_and(|old| old.meta.incarnation == fresh.meta.incarnation && old.meta.version > fresh.meta.version);
+        if !keep_old {
+            self.last_touch_written.fetch_max(fresh.meta.touched_at_ms, Ordering::Relaxed);
+            *slot = Some(fresh);
+        }
+    }
+
+    pub fn armed_alarm(&self) -> Option<(String, i64)> {
+        lock(&self.alarm).clone()
+    }
+
+    pub fn set_armed_alarm(&self, alarm: Option<(String, i64)>) {
+        *lock(&self.alarm) = alarm;
+    }
+
+    /// The cached state of one producer: `Some(None)` = known absent.
+    pub fn cached_producer(&self, incarnation: &str, id: &str) -> Option<Option<ProducerState>> {
+        lock(&self.producers).get(&(incarnation.to_owned(), id.to_owned())).copied()
+    }
+
+    pub fn remember_producer(&self, incarnation: &str, id: &str, state: Option<ProducerState>) {
+        let mut map = lock(&self.producers);
+        // Bounded: a stream with very many producers just loses its cache.
+        if map.len() >= 1024 {
+            map.clear();
+        }
+        map.insert((incarnation.to_owned(), id.to_owned()), state);
+    }
+
+    /// Forget every cached producer state (after a lost race or a delete).
+    pub fn forget_producers(&self) {
+        lock(&self.producers).clear();
+    }
+
+    /// Our own touch was written: keep the cached copy in step.
+    pub fn note_touch(&self, incarnation: &str, at_ms: i64) {
+        if let Some(c) = lock(&self.cache).as_mut() {
+            if c.meta.incarnation == incarnation {
+                c.meta.touched_at_ms = c.meta.touched_at_ms.max(at_ms);
+            }
+        }
+    }
+
+    /// Publish a new tail signal to this process's waiters if it differs.
+    pub fn signal(&self, sig: TailSignal) {
+        self.signal.send_if_modified(|cur| {
+            if cur.as_ref() == Some(&sig) {
+                false
+            } else {
+                *cur = Some(sig);
+                true
+            }
+        });
+    }
+
+    fn touch_used(&self) {
+        *lock(&self.last_used) = Instant::now();
+    }
+
+    fn idle_for(&self) -> std::time::Duration {
+        lock(&self.last_used).elapsed()
+    }
+}
+
+/// The map itself.
+pub struct Registry {
+    cfg: RegistryConfig,
+    map: Mutex<HashMap<String, Arc<StreamCtx>>>,
+}
+
+impl Registry {
+    pub fn new(cfg: RegistryConfig) -> Self {
+        Self { cfg, map: Mutex::new(HashMap::new()) }
+    }
+
+    /// The context for `path`, created on demand.
+    pub fn get(&self, path: &str) -> Arc<StreamCtx> {
+        let mut map = lock(&self.map);
+        if let Some(ctx) = map.get(path) {
+            ctx.touch_used();
+            return Arc::clone(ctx);
+        }
+        if map.len() >= self.cfg.max_contexts {
+            Self::evict(&mut map, &self.cfg, true);
+        }
+        let ctx = Arc::new(StreamCtx::new(path));
+        map.insert(path.to_owned(), Arc::clone(&ctx));
+        ctx
+    }
+
+    /// The context for `path` if one is live (no creation).
+    pub fn peek(&self, path: &str) -> Option<Arc<StreamCtx>> {
+        lock(&self.map).get(path).cloned()
+    }
+
+    /// Drop unused contexts: those idle past `idle_ttl`, or every unused one
+    /// when `over_bound`.
+    fn evict(map: &mut HashMap<String, Arc<StreamCtx>>, cfg: &RegistryConfig, over_bound: bool) {
+        map.retain(|_, ctx| {
+            let unused = Arc::strong_count(ctx) == 1;
+            !(unused && (over_bound || ctx.idle_for() >= cfg.idle_ttl))
+        });
+    }
+
+    /// Evict idle contexts now (also done on insert when over the bound).
+    pub fn sweep(&self) {
+        let mut map = lock(&self.map);
+        let over_bound = map.len() > self.cfg.max_contexts;
+        Self::evict(&mut map, &self.cfg, over_bound);
+    }
+
+    /// Contexts some holder besides the map refers to.
+    pub fn in_use(&self) -> usize {
+        lock(&self.map).values().filter(|c| Arc::strong_count(c) > 1).count()
+    }
+
+    pub fn len(&self) -> usize {
+        lock(&self.map).len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// [`StreamRegistry`] over [`Registry`]: a lease is a handle on the context.
+pub struct AwsRegistry {
+    pub(crate) registry: Arc<Registry>,
+}
+
+struct Lease {
+    _ctx: Arc<StreamCtx>,
+}
+
+impl StreamRegistry for AwsRegistry {
+    fn enter(&self, path: &str) -> StreamLease {
+        self.registry.sweep_if_due();
+        Box::new(Lease { _ctx: self.registry.get(path) })
+    }
+
+    /// Contexts in use (held by a lease, lock guard or subscription). Idle
+    /// contexts kept as a warm cache (at most `max_contexts`, each for at most
+    /// `idle_ttl`) are not live: they hold no resources beyond a cached meta.
+    fn live_contexts(&self) -> usize {
+        self.registry.sweep();
+        self.registry.in_use()
+    }
+}
+
+impl Registry {
+    /// Cheap periodic sweep: at most one full pass per 256 entries.
+    fn sweep_if_due(&self) {
+        static COUNTER: AtomicUsize = AtomicUsize::new(0);
+        if COUNTER.fetch_add(1, Ordering::Relaxed).is_multiple_of(256) {
+            self.sweep();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn contexts_are_shared_evicted_when_idle_and_bounded() {
+        let reg = Registry::new(RegistryConfig { max_contexts: 2, idle_ttl: Duration::from_secs(3600) });
+        let a1 = reg.get("a");
+        let a2 = reg.get("a");
+        assert!(Arc::ptr_eq(&a1, &a2), "one context per path");
+        drop((a1, a2));
+        let _b = reg.get("b");
+        // Over the bound: unused "a" goes, in-use "b" stays.
+        let _c = reg.get("c");
+        assert!(reg.peek("a").is_none());
+        assert!(reg.peek("b").is_some());
+        assert_eq!(reg.len(), 2);
+
+        let reg = Registry::new(RegistryConfig { max_contexts: 100, idle_ttl: Duration::ZERO });
+        drop(reg.get("x"));
+        let held = reg.get("y");
+        reg.sweep();
+        assert!(reg.peek("x").is_none(), "idle and unused: evicted");
+        assert!(reg.peek("y").is_some(), "held: kept");
+        drop(held);
+    }
+}

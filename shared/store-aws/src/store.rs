@@ -1,0 +1,266 @@
+//! [`StreamStore`] over DynamoDB + S3.
+//!
+//! Reads are consistent (`ConsistentRead=true`). The two *for-update* reads
+//! the core uses to plan a mutation are served from the per-process context
+//! cache when it has the record, which is what makes a warm append cost one
+//! DynamoDB call (the transaction): the cache is kept current by this
+//! process's commits and by the `ALL_OLD` image every lost race returns, and
+//! a stale entry can only cost a failed transaction, never a wrong answer —
+//! the commit's version + incarnation condition rejects it, and the core
+//! re-plans every outcome that writes nothing with consistent reads.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use ds_core::{Chunk, Commit, ProducerState, StoreError, StreamMeta, StreamStore};
+use tracing::debug;
+
+use crate::backend::Backend;
+use crate::codec::{self, n, s};
+use crate::error::{classify, AwsError};
+use crate::registry::{CachedMeta, StreamCtx};
+use crate::schema::{meta_attr as m, ItemKey, META_SK, SK, TTL_ATTR};
+
+/// How long a cached meta may plan a mutation without having been confirmed
+/// by DynamoDB (a read, a commit, or a lost race's ALL_OLD). Past it the
+/// next for-update read goes to DynamoDB: on a stream that other instances
+/// also write, an old entry is likely stale and would cost a lost race.
+pub const CACHE_TRUST: Duration = Duration::from_secs(30);
+
+/// The AWS [`StreamStore`].
+pub struct AwsStore {
+    pub(crate) b: Arc<Backend>,
+}
+
+/// Consistent `GetItem` of the meta item; refreshes the context cache.
+pub(crate) async fn fetch_meta(b: &Backend, ctx: &StreamCtx) -> Result<Option<StreamMeta>, StoreError> {
+    let out = b
+        .ddb
+        .get_item()
+        .table_name(&b.cfg.table)
+        .consistent_read(true)
+        .set_key(Some(codec::key_of(&ItemKey::Meta { path: ctx.path.clone() })))
+        .send()
+        .await
+        .map_err(classify)?;
+    match out.item() {
+        None => {
+            ctx.remember(None);
+            Ok(None)
+        }
+        Some(item) => {
+            let meta = codec::meta_from_item(item)?;
+            ctx.remember(Some(CachedMeta::new(meta.clone(), codec::meta_commit_id(item).map(str::to_owned))));
+            Ok(Some(meta))
+        }
+    }
+}
+
+impl AwsStore {
+    pub(crate) async fn fetch_meta(&self, ctx: &StreamCtx) -> Result<Option<StreamMeta>, StoreError> {
+        fetch_meta(&self.b, ctx).await
+    }
+
+    fn usable_cache(&self, ctx: &StreamCtx) -> Option<StreamMeta> {
+        let cached = ctx.cached()?;
+        (cached.confirmed_at.elapsed() <= CACHE_TRUST).then_some(cached.meta)
+    }
+
+    /// The touch interval for `meta`: at most the configured one, and at most
+    /// a tenth of a sliding TTL so a short TTL is never cut short by more
+    /// than 10% by coalescing.
+    fn touch_interval_ms(&self, ttl_secs: Option<u64>) -> i64 {
+        let base = i64::try_from(self.b.cfg.touch_interval.as_millis()).unwrap_or(i64::MAX);
+        match ttl_secs {
+            Some(ttl) => base.min(i64::try_from(ttl.saturating_mul(100)).unwrap_or(i64::MAX)),
+            None => base,
+        }
+    }
+}
+
+#[async_trait]
+impl StreamStore for AwsStore {
+    #[tracing::instrument(level = "debug", skip(self))]
+    async fn read_meta(&self, path: &str) -> Result<Option<StreamMeta>, StoreError> {
+        let ctx = self.b.registry.get(path);
+        self.fetch_meta(&ctx).await
+    }
+
+    #[tracing::instrument(level = "debug", skip(self))]
+    async fn read_meta_for_update(&self, path: &str) -> Result<Option<StreamMeta>, StoreError> {
+        let ctx = self.b.registry.get(path);
+        if let Some(meta) = self.usable_cache(&ctx) {
+            debug!("meta for update served from the context cache");
+            return Ok(Some(meta));
+        }
+        self.fetch_meta(&ctx).await
+    }
+
+    #[tracing::instrument(level = "debug", skip(self))]
+    async fn read_producer_for_update(
+        &self,
+        path: &str,
+        incarnation: &str,
+        producer_id: &str,
+    ) -> Result<Option<ProducerState>, StoreError> {
+        let ctx = self.b.registry.get(path);
+        if let Some(state) = ctx.cached_producer(incarnation, producer_id) {
+            return Ok(state);
+        }
+        self.read_producer(path, incarnation, producer_id).await
+    }
+
+    #[tracing::instrument(level = "debug", skip(self))]
+    async fn read_chunks(
+        &self,
+        path: &str,
+        incarnation: &str,
+        from: u64,
+        until: u64,
+        max_bytes: usize,
+    ) -> Result<Vec<Chunk>, StoreError> {
+        crate::reader::read_chunks(&self.b, path, incarnation, from, until, max_bytes).await
+    }
+
+    /// Consistent read; refreshes the context's producer cache.
+    #[tracing::instrument(level = "debug", skip(self))]
+    async fn read_producer(
+        &self,
+        path: &str,
+        incarnation: &str,
+        producer_id: &str,
+    ) -> Result<Option<ProducerState>, StoreError> {
+        let key = ItemKey::Producer {
+            path: path.to_owned(),
+            incarnation: incarnation.to_owned(),
+            producer_id: producer_id.to_owned(),
+        };
+        let out = self
+            .b
+            .ddb
+            .get_item()
+            .table_name(&self.b.cfg.table)
+            .consistent_read(true)
+            .set_key(Some(codec::key_of(&key)))
+            .send()
+            .await
+            .map_err(classify)?;
+        let state = match out.item() {
+            None => None,
+            Some(item) => Some(codec::producer_from_item(item)?),
+        };
+        self.b.registry.get(path).remember_producer(incarnation, producer_id, state);
+        Ok(state)
+    }
+
+    async fn commit(&self, commit: Commit) -> Result<(), StoreError> {
+        crate::txn::commit(&self.b, commit).await
+    }
+
+    /// Coalesced: skipped when this process already wrote (or committed) a
+    /// `touched_at_ms` within the touch interval of `at_ms`. Otherwise one
+    /// conditional `UpdateItem` that only moves `touched_at_ms` forward, for
+    /// the same incarnation, and moves the TTL backstop with it.
+    #[tracing::instrument(level = "debug", skip(self))]
+    async fn touch(&self, path: &str, incarnation: &str, at_ms: i64) -> Result<(), StoreError> {
+        let ctx = self.b.registry.get(path);
+        for attempt in 0..2 {
+            let cached = match ctx.cached() {
+                Some(c) => c.meta,
+                // Unknown here: one read tells whether a backstop must move.
+                None => match self.fetch_meta(&ctx).await? {
+                    Some(meta) => meta,
+                    None => return Ok(()),
+                },
+            };
+            if cached.incarnation != incarnation {
+                return Ok(()); // another incarnation: a touch never crosses over
+            }
+            let interval = self.touch_interval_ms(cached.ttl_secs);
+            let last = ctx.last_touch_written.load(Ordering::Relaxed);
+            if at_ms < last.saturating_add(interval) {
+                return Ok(());
+            }
+            let mut next = cached;
+            next.touched_at_ms = next.touched_at_ms.max(at_ms);
+            // The backstop moves with the deadline, but only where one is set
+            // (none while forks reference the stream).
+            let backstop = codec::ttl_backstop_secs(&next);
+            let mut req = self
+                .b
+                .ddb
+                .update_item()
+                .table_name(&self.b.cfg.table)
+                .set_key(Some(codec::key_of(&ItemKey::Meta { path: path.to_owned() })))
+                .expression_attribute_names("#inc", m::INCARNATION)
+                .expression_attribute_names("#t", m::TOUCHED)
+                .expression_attribute_names("#ttl", TTL_ATTR)
+                .expression_attribute_values(":inc", s(incarnation))
+                .expression_attribute_values(":t", n(at_ms));
+            req = match backstop {
+                Some(ttl) => req
+                    .update_expression("SET #t = :t, #ttl = :ttl")
+                    .condition_expression("#inc = :inc AND #t < :t AND attribute_exists(#ttl)")
+                    .expression_attribute_values(":ttl", n(ttl)),
+                None => req
+                    .update_expression("SET #t = :t")
+                    .condition_expression("#inc = :inc AND #t < :t AND attribute_not_exists(#ttl)"),
+            };
+            match req.send().await.map_err(classify) {
+                Ok(_) => {
+                    ctx.last_touch_written.fetch_max(at_ms, Ordering::Relaxed);
+                    ctx.note_touch(incarnation, at_ms);
+                    return Ok(());
+                }
+                // Gone, re-created, already touched later, or our view of the
+                // backstop was stale (a fork appeared or went): re-read once.
+                Err(AwsError::ConditionFailed { .. }) if attempt == 0 => {
+                    ctx.remember(None);
+                }
+                Err(AwsError::ConditionFailed { .. }) => return Ok(()),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    }
+
+    /// Scans the meta items (sweeps only, never on a request path) and pages
+    /// in byte-wise path order.
+    async fn list_streams(&self, after: Option<&str>, limit: usize) -> Result<Vec<StreamMeta>, StoreError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let mut metas = Vec::new();
+        let mut start = None;
+        loop {
+            let page = self
+                .b
+                .ddb
+                .scan()
+                .table_name(&self.b.cfg.table)
+                .consistent_read(true)
+                .filter_expression("#sk = :meta")
+                .expression_attribute_names("#sk", SK)
+                .expression_attribute_values(":meta", s(META_SK))
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .map_err(classify)?;
+            for item in page.items() {
+                let meta = codec::meta_from_item(item)?;
+                if after.is_none_or(|a| meta.path.as_str() > a) {
+                    metas.push(meta);
+                }
+            }
+            match page.last_evaluated_key() {
+                Some(k) if !k.is_empty() => start = Some(k.clone()),
+                _ => break,
+            }
+        }
+        metas.sort_by(|a, b| a.path.as_bytes().cmp(b.path.as_bytes()));
+        metas.truncate(limit);
+        Ok(metas)
+    }
+}

@@ -1,0 +1,212 @@
+//! ds-load CLI. `run` drives one already-running server once; `bench` spawns
+//! every server of a servers file for several interleaved rounds and writes
+//! the markdown report. Knobs also come from DS_BENCH_* environment variables
+//! so `make bench` can be tuned without editing scripts.
+
+use anyhow::{Context, Result};
+use clap::{Args, Parser, Subcommand};
+use ds_load::bench::{self, Workloads};
+use ds_load::server::{parse_servers, Class, ServerSpec};
+use ds_load::workloads::{unique_tag, Params};
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Parser)]
+#[command(name = "ds-load", about = "Load and correctness tool for Durable Streams servers")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run workloads once against a server that is already running.
+    Run {
+        /// Base URL, e.g. http://127.0.0.1:4437
+        #[arg(long)]
+        base: String,
+        /// Path prefix of stream URLs ("/v1/stream"; "" for streams at /<name>).
+        #[arg(long, default_value = "/v1/stream")]
+        prefix: String,
+        /// Comma-separated: p1,p2,p3,p4 (p4 needs --pid).
+        #[arg(long, default_value = "p1,p2,p3")]
+        workloads: String,
+        /// Server PID, for P4's resident-memory measurement.
+        #[arg(long)]
+        pid: Option<u32>,
+        #[command(flatten)]
+        knobs: Knobs,
+    },
+    /// AWS calls per operation of a server on `--store aws` (emulator counts).
+    AwsCalls {
+        #[arg(long)]
+        base: String,
+        #[arg(long, default_value = "/v1/stream")]
+        prefix: String,
+        /// The emulator's counting endpoint, e.g. $AWS_ENDPOINT_URL/_emulator/calls
+        #[arg(long)]
+        calls_url: String,
+        /// Operations of each kind.
+        #[arg(long, default_value_t = 100)]
+        ops: usize,
+    },
+    /// Spawn each server of a servers file, round after round, and report.
+    Bench {
+        /// Tab-separated servers file (see server::parse_servers).
+        #[arg(long)]
+        servers: PathBuf,
+        #[arg(long, env = "DS_BENCH_ROUNDS", default_value_t = 3)]
+        rounds: usize,
+        /// Comma-separated: p1,p2,p3,p4,p6.
+        #[arg(long, env = "DS_BENCH_WORKLOADS", default_value = "p1,p2,p3,p4,p6")]
+        workloads: String,
+        /// Only these servers (comma-separated names); default all.
+        #[arg(long, env = "DS_BENCH_ONLY")]
+        only: Option<String>,
+        /// Where server logs and data directories go.
+        #[arg(long)]
+        work_dir: PathBuf,
+        /// Markdown written before the tables (title, machine, versions).
+        #[arg(long)]
+        preamble: Option<PathBuf>,
+        /// Also write the report here (it is always printed).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        #[command(flatten)]
+        knobs: Knobs,
+    },
+}
+
+#[derive(Args)]
+struct Knobs {
+    /// P1: seconds per append run.
+    #[arg(long, env = "DS_BENCH_P1_SECS", default_value_t = 3.0)]
+    p1_secs: f64,
+    /// P1: writers in the concurrent runs (and streams in the many-streams run).
+    #[arg(long, env = "DS_BENCH_P1_CONCURRENCY", default_value_t = 64)]
+    p1_concurrency: usize,
+    #[arg(long, env = "DS_BENCH_P2_RECORDS", default_value_t = 10_000)]
+    p2_records: usize,
+    #[arg(long, env = "DS_BENCH_P2_READS", default_value_t = 5)]
+    p2_reads: usize,
+    #[arg(long, env = "DS_BENCH_P3_ITERS", default_value_t = 1_000)]
+    p3_iters: usize,
+    /// P3: milliseconds between parking the reader and sending the append.
+    #[arg(long, env = "DS_BENCH_P3_SETTLE_MS", default_value_t = 2)]
+    p3_settle_ms: u64,
+    #[arg(long, env = "DS_BENCH_P4_STREAMS", default_value_t = 10_000)]
+    p4_streams: usize,
+}
+
+impl Knobs {
+    fn params(&self) -> Params {
+        Params {
+            p1_duration: Duration::from_secs_f64(self.p1_secs),
+            p1_concurrency: self.p1_concurrency,
+            p2_records: self.p2_records,
+            p2_reads: self.p2_reads,
+            p3_iterations: self.p3_iters,
+            p3_settle: Duration::from_millis(self.p3_settle_ms),
+            p4_streams: self.p4_streams,
+            tag: unique_tag(),
+        }
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "P1 {} s per run, concurrency {}; P2 {} records, median of {} full reads per round; \
+             P3 {} wake-ups per reader kind per round, {} ms settle; P4 {} streams",
+            self.p1_secs,
+            self.p1_concurrency,
+            self.p2_records,
+            self.p2_reads,
+            self.p3_iters,
+            self.p3_settle_ms,
+            self.p4_streams
+        )
+    }
+}
+
+fn parse_workloads(s: &str) -> Workloads {
+    s.split(',').map(|w| w.trim().to_lowercase()).filter(|w| !w.is_empty()).collect()
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let cli = Cli::parse();
+    // On Ctrl-C/SIGTERM the work future is dropped, which kills any server it
+    // spawned (kill_on_drop), so no process outlives the tool.
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let code = tokio::select! {
+        r = dispatch(cli) => r?,
+        _ = tokio::signal::ctrl_c() => { eprintln!("interrupted"); 130 }
+        _ = term.recv() => { eprintln!("terminated"); 143 }
+    };
+    std::process::exit(code);
+}
+
+async fn dispatch(cli: Cli) -> Result<i32> {
+    match cli.cmd {
+        Cmd::Run { base, prefix, workloads, pid, knobs } => {
+            let spec = ServerSpec {
+                name: base.clone(),
+                class: Class::Memory,
+                ours: true,
+                prefix: prefix.clone(),
+                binary: None,
+                command: String::new(),
+            };
+            let results =
+                ds_load::bench::run_attached(&base, &prefix, pid, &knobs.params(), &parse_workloads(&workloads)).await;
+            let md = ds_load::report::single(&results, &spec, &knobs.describe());
+            println!("{md}");
+            Ok(if results.any_failed(0) { 1 } else { 0 })
+        }
+        Cmd::AwsCalls { base, prefix, calls_url, ops } => {
+            println!("{}", ds_load::aws::calls_per_op(&base, &prefix, &calls_url, ops).await?);
+            Ok(0)
+        }
+        Cmd::Bench { servers, rounds, workloads, only, work_dir, preamble, out, knobs } => {
+            let text = std::fs::read_to_string(&servers).with_context(|| format!("reading {}", servers.display()))?;
+            let mut specs = parse_servers(&text)?;
+            if let Some(only) = only {
+                let keep: Vec<&str> = only.split(',').map(str::trim).collect();
+                specs.retain(|s| keep.contains(&s.name.as_str()));
+            }
+            anyhow::ensure!(!specs.is_empty(), "no servers to run");
+            std::fs::create_dir_all(&work_dir)?;
+            let wl = parse_workloads(&workloads);
+            let results = bench::run(&specs, &knobs.params(), rounds.max(1), &wl, &work_dir).await;
+            let mut pre = match &preamble {
+                Some(p) => std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?,
+                None => "# Durable Streams benchmark\n".to_string(),
+            };
+            pre.push_str(&format!(
+                "\nRounds: {rounds}, servers interleaved in each round ({}). Workloads: {workloads}. {}.\n",
+                specs.iter().map(|s| s.name.as_str()).collect::<Vec<_>>().join(" → "),
+                knobs.describe()
+            ));
+            let mut md = ds_load::report::markdown(&results, &specs, &pre);
+            // Other work on the machine skews results; say how busy it was.
+            let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+            let load: Vec<&str> = load.split_whitespace().take(3).collect();
+            md.push_str(&format!("\nLoad average (1, 5, 15 min) at the end of the run: {}.\n", load.join(", ")));
+            println!("{md}");
+            if let Some(out) = out {
+                std::fs::write(&out, &md).with_context(|| format!("writing {}", out.display()))?;
+                eprintln!("wrote {}", out.display());
+            }
+            let ours_failed = specs.iter().enumerate().any(|(i, s)| s.ours && results.any_failed(i));
+            let peers_failed: Vec<&str> = specs
+                .iter()
+                .enumerate()
+                .filter(|(i, s)| !s.ours && results.any_failed(*i))
+                .map(|(_, s)| s.name.as_str())
+                .collect();
+            if !peers_failed.is_empty() {
+                eprintln!("note: peers with failed measurements (shown as FAIL): {}", peers_failed.join(", "));
+            }
+            Ok(if ours_failed { 1 } else { 0 })
+        }
+    }
+}

@@ -1,0 +1,62 @@
+//! The workloads. Each one measures and verifies: a workload returns an
+//! error (reported as FAIL for its metrics) when any request failed or when a
+//! stream does not hold exactly the acknowledged appends.
+
+pub mod append;
+pub mod live;
+pub mod memory;
+pub mod read;
+
+use crate::metrics::Metric;
+use std::time::Duration;
+
+/// Knobs shared by all workloads (the bench states them in the results).
+#[derive(Clone, Debug)]
+pub struct Params {
+    /// P1: how long each append run lasts.
+    pub p1_duration: Duration,
+    /// P1: writers for the "concurrency 64" and "64 streams" runs.
+    pub p1_concurrency: usize,
+    /// P2: records of 100 B in the stream that is read back.
+    pub p2_records: usize,
+    /// P2: full catch-up reads per round (the round's value is their median).
+    pub p2_reads: usize,
+    /// P3: wake-ups per reader kind per round.
+    pub p3_iterations: usize,
+    /// P3: pause between the reader parking and the append being sent.
+    pub p3_settle: Duration,
+    /// P4: streams created.
+    pub p4_streams: usize,
+    /// Unique prefix for stream names, so runs never collide.
+    pub tag: String,
+}
+
+impl Default for Params {
+    fn default() -> Self {
+        Self {
+            p1_duration: Duration::from_secs(3),
+            p1_concurrency: 64,
+            p2_records: 10_000,
+            p2_reads: 5,
+            p3_iterations: 1_000,
+            p3_settle: Duration::from_millis(2),
+            p4_streams: 10_000,
+            tag: unique_tag(),
+        }
+    }
+}
+
+/// One measured value, or why the measurement failed.
+pub type Outcome = (Metric, Result<f64, String>);
+
+/// Spreads one failure over every metric a sub-run would have produced.
+pub fn fail_all(metrics: &[Metric], err: &anyhow::Error) -> Vec<Outcome> {
+    metrics.iter().map(|&m| (m, Err(format!("{err:#}")))).collect()
+}
+
+/// A tag unique to this process and moment (stream names must not collide
+/// with an earlier run against a long-lived server).
+pub fn unique_tag() -> String {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+    format!("b{:x}{:x}", std::process::id(), nanos % 0xffff_ffff)
+}
