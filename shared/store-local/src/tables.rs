@@ -8,7 +8,7 @@
 
 use std::ops::Bound;
 
-use bytes::Bytes;
+use bytes::BytesMut;
 use ds_core::{Chunk, Commit, Op, ProducerState, StoreError, StreamMeta};
 use ds_store_memory::precheck::StateView;
 use redb::{ReadableTable, Table, TableDefinition, WriteTransaction};
@@ -66,18 +66,24 @@ pub(crate) fn read_chunks(
     // Begin at the chunk containing `from` (returned whole), else at `from`.
     let first = chunk_containing(table, path, incarnation, from)?.map_or(from, |(start, _)| start);
     let range = table.range((path, incarnation, first)..(path, incarnation, until)).map_err(storage)?;
-    let mut out: Vec<Chunk> = Vec::new();
-    let mut total = 0usize;
+    // One buffer for the whole page, sliced per chunk: a catch-up read of
+    // many small appends then costs one allocation instead of one per append.
+    let mut buf = BytesMut::new();
+    let mut spans: Vec<(u64, usize, usize)> = Vec::new();
     for entry in range {
-        if !out.is_empty() && total >= max_bytes {
+        if !spans.is_empty() && buf.len() >= max_bytes {
             break;
         }
         let (key, value) = entry.map_err(storage)?;
-        let data = Bytes::copy_from_slice(value.value());
-        total = total.saturating_add(data.len());
-        out.push(Chunk { start: key.value().2, data });
+        let bytes = value.value();
+        if buf.capacity() - buf.len() < bytes.len() {
+            buf.reserve(bytes.len().max(max_bytes.min(1 << 20).saturating_sub(buf.len())));
+        }
+        spans.push((key.value().2, buf.len(), bytes.len()));
+        buf.extend_from_slice(bytes);
     }
-    Ok(out)
+    let buf = buf.freeze();
+    Ok(spans.into_iter().map(|(start, at, len)| Chunk { start, data: buf.slice(at..at + len) }).collect())
 }
 
 pub(crate) fn get_producer(
