@@ -1,7 +1,7 @@
 # Durable Streams — the two commands a fresh clone needs:
 #   make run    local server on 127.0.0.1:4437 with the embedded durable store (./data)
 #   make test   every test: unit, contract, end-to-end, conformance (memory, local, aws), infra lint
-.PHONY: run test test-rust conformance lint-infra build-lambda bench bench-quick aws-calls fmt clippy
+.PHONY: run test test-rust lint-infra build-lambda aws-calls bench bench-quick fmt clippy
 
 run:
 	cargo run --release -p durable-streams -- serve
@@ -18,6 +18,10 @@ lint-infra:
 
 build-lambda:
 	bash infra/build-lambda.sh
+
+# AWS calls per operation, counted at the emulator, with the budgets asserted.
+aws-calls:
+	bash infra/aws-calls.sh
 
 bench:
 	bash bench/bench.sh

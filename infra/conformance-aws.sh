@@ -14,11 +14,12 @@ cargo build -p durable-streams
 BIN="${CARGO_TARGET_DIR:-$ROOT/target}/debug/durable-streams"
 
 inner() {
-  local port
+  local port pid
   port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()')"
   "$BIN" serve --store aws --long-poll-timeout 500ms --bind "127.0.0.1:$port" >"$ROOT/target/conformance-aws-server.log" 2>&1 &
-  local pid=$!
-  trap 'kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true' EXIT
+  pid=$!
+  # Expanded now: the trap runs after this function's locals are gone.
+  trap "kill $pid 2>/dev/null || true; wait $pid 2>/dev/null || true" EXIT
   for _ in $(seq 1 100); do
     curl -fsS "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
     kill -0 "$pid" 2>/dev/null || { echo "conformance-aws: server exited; see target/conformance-aws-server.log" >&2; exit 2; }

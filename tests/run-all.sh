@@ -24,7 +24,7 @@ cargo build --workspace --all-targets --locked 2>/dev/null || cargo build --work
 
 step "AWS emulator (moto, pinned, from PyPI) on 127.0.0.1"
 eval "$(bash infra/aws-emulator/start.sh --port 0 --dir "$RUN/aws-emulator")"
-bash infra/aws-emulator/create-resources
+eval "$(bash infra/aws-emulator/create-resources | sed 's/^/export /')"
 export DS_TEST_REQUIRE_AWS=1
 
 step "cargo test --workspace"

@@ -69,6 +69,7 @@ pub fn service_config_from_env() -> anyhow::Result<ServiceConfig> {
     if let Some(n) = env_u64("DS_MAX_READ_BYTES")? {
         cfg.max_read_bytes = usize::try_from(n)?;
     }
+    cfg.max_read_bytes = cfg.max_read_bytes.min(ds_store_aws::MAX_READ_BYTES);
     Ok(cfg)
 }
 

@@ -18,8 +18,13 @@ async fn main() -> anyhow::Result<()> {
 
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let (substrate, expiry_due) = stores::open(&args).await?;
+    // The AWS substrate keeps one catch-up read within one DynamoDB Query page.
+    let max_read_bytes = match args.store {
+        cli::StoreKind::Aws => args.max_read_bytes.min(ds_store_aws::MAX_READ_BYTES),
+        _ => args.max_read_bytes,
+    };
     let cfg = ServiceConfig {
-        max_read_bytes: args.max_read_bytes,
+        max_read_bytes,
         long_poll_timeout: args.long_poll_timeout,
         sse_max_duration: args.sse_max_duration,
         ..ServiceConfig::default()

@@ -21,6 +21,11 @@ pub fn emulator(test: &str) -> bool {
         }
         return true;
     }
+    // `make test` sets this: there a missing emulator is a failure, not a skip.
+    assert!(
+        std::env::var_os("DS_TEST_REQUIRE_AWS").is_none(),
+        "DS_TEST_REQUIRE_AWS is set but AWS_ENDPOINT_URL is not"
+    );
     eprintln!(
         "\n!!!!!!!! SKIPPING LAMBDA HANDLER TEST `{test}`: AWS_ENDPOINT_URL is not set.\n\
          !!!!!!!! Start the emulator first: eval \"$(infra/aws-emulator/start.sh)\" (make test does).\n"

@@ -21,6 +21,11 @@ pub fn endpoint(test: &str) -> Option<String> {
     match std::env::var("AWS_ENDPOINT_URL") {
         Ok(url) if !url.is_empty() => Some(url),
         _ => {
+            // `make test` sets this: there a missing emulator is a failure, not a skip.
+            assert!(
+                std::env::var_os("DS_TEST_REQUIRE_AWS").is_none(),
+                "DS_TEST_REQUIRE_AWS is set but AWS_ENDPOINT_URL is not"
+            );
             eprintln!(
                 "\n!!!!!!!! SKIPPING AWS TEST `{test}`: AWS_ENDPOINT_URL is not set.\n\
                  !!!!!!!! Start the emulator first: eval \"$(infra/aws-emulator/start.sh)\"\n\
