@@ -3,11 +3,12 @@
 //! `lambda_http::run_with_streaming_response`, so a Function URL in
 //! `RESPONSE_STREAM` mode delivers SSE events as they are produced.
 //!
-//! Settings (env): the substrate's `DS_AWS_*` (see `ds_store_aws::AwsConfig`),
-//! `DS_LONG_POLL_TIMEOUT_MS` (default 20000; keep it well below the function
-//! timeout), `DS_SSE_MAX_DURATION_MS` (default 55000: SSE connections end
+//! Settings (env, in the dialect of `ds_config`: durations like `20s`, sizes
+//! like `1MiB`): the substrate's `DS_AWS_*` (see `ds_store_aws::AwsConfig`),
+//! `DS_LONG_POLL_TIMEOUT` (default `20s`; keep it well below the function
+//! timeout), `DS_SSE_MAX_DURATION` (default `55s`: SSE connections end
 //! before the default 90 s function timeout), `DS_MAX_BODY_BYTES` (default
-//! 6 MiB, Lambda's request payload limit) and `DS_MAX_READ_BYTES`.
+//! `6MiB`, Lambda's request payload limit) and `DS_MAX_READ_BYTES`.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -15,6 +16,7 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use axum::body::Body;
+use ds_config::Settings;
 use ds_core::{ServiceConfig, StreamService};
 use tower::ServiceExt;
 
@@ -46,37 +48,25 @@ pub fn handler(
     })
 }
 
-fn env_u64(name: &str) -> anyhow::Result<Option<u64>> {
-    match std::env::var(name) {
-        Ok(v) if !v.is_empty() => Ok(Some(v.parse().map_err(|_| anyhow::anyhow!("{name}={v:?} is not a number"))?)),
-        _ => Ok(None),
-    }
-}
-
 /// The core's settings for Lambda, from the environment.
 pub fn service_config_from_env() -> anyhow::Result<ServiceConfig> {
-    let mut cfg = ServiceConfig {
-        long_poll_timeout: Duration::from_millis(20_000),
-        sse_max_duration: Duration::from_millis(55_000),
-        ..ServiceConfig::default()
-    };
-    if let Some(ms) = env_u64("DS_LONG_POLL_TIMEOUT_MS")? {
-        cfg.long_poll_timeout = Duration::from_millis(ms);
-    }
-    if let Some(ms) = env_u64("DS_SSE_MAX_DURATION_MS")? {
-        cfg.sse_max_duration = Duration::from_millis(ms);
-    }
-    if let Some(n) = env_u64("DS_MAX_READ_BYTES")? {
-        cfg.max_read_bytes = usize::try_from(n)?;
-    }
-    cfg.max_read_bytes = cfg.max_read_bytes.min(ds_store_aws::MAX_READ_BYTES);
-    Ok(cfg)
+    service_config(&Settings::from_env())
 }
 
-/// Largest request body: Lambda's 6 MiB invocation payload limit.
+fn service_config<F: Fn(&str) -> Option<String>>(env: &Settings<F>) -> anyhow::Result<ServiceConfig> {
+    let defaults = ServiceConfig::default();
+    Ok(ServiceConfig {
+        long_poll_timeout: env.duration("DS_LONG_POLL_TIMEOUT")?.unwrap_or(Duration::from_secs(20)),
+        sse_max_duration: env.duration("DS_SSE_MAX_DURATION")?.unwrap_or(Duration::from_secs(55)),
+        max_read_bytes: env.size("DS_MAX_READ_BYTES")?.unwrap_or(defaults.max_read_bytes),
+        ..defaults
+    })
+}
+
+/// Largest request body: Lambda's 6 MiB invocation payload limit by default.
 pub fn http_config_from_env() -> anyhow::Result<ds_http::HttpConfig> {
-    let max = env_u64("DS_MAX_BODY_BYTES")?.unwrap_or(6 * 1024 * 1024);
-    Ok(ds_http::HttpConfig { max_body_bytes: usize::try_from(max)? })
+    let max = Settings::from_env().size("DS_MAX_BODY_BYTES")?.unwrap_or(6 * 1024 * 1024);
+    Ok(ds_http::HttpConfig { max_body_bytes: max })
 }
 
 /// The router over a service.
@@ -97,4 +87,25 @@ pub fn init_logs() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let _ = tracing_subscriber::fmt().with_env_filter(filter).json().without_time().try_init();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_use_the_shared_dialect_and_name_bad_variables() {
+        let env = Settings::new(|name: &str| match name {
+            "DS_LONG_POLL_TIMEOUT" => Some("500ms".to_owned()),
+            "DS_MAX_READ_BYTES" => Some("512KiB".to_owned()),
+            _ => None,
+        });
+        let cfg = service_config(&env).expect("valid");
+        assert_eq!(cfg.long_poll_timeout, Duration::from_millis(500));
+        assert_eq!(cfg.sse_max_duration, Duration::from_secs(55));
+        assert_eq!(cfg.max_read_bytes, 512 << 10);
+        let bad = Settings::new(|name: &str| (name == "DS_SSE_MAX_DURATION").then(|| "55000".to_owned()));
+        let err = service_config(&bad).expect_err("a bare number has no unit");
+        assert!(err.to_string().starts_with("DS_SSE_MAX_DURATION: "), "{err}");
+    }
 }

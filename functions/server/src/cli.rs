@@ -41,45 +41,26 @@ pub struct ServeArgs {
     #[arg(long, env = "DS_DATA_DIR", default_value = "./data")]
     pub data_dir: PathBuf,
     /// How long a long-poll waits for data before answering 204 (e.g. 500ms, 20s).
-    #[arg(long, env = "DS_LONG_POLL_TIMEOUT", default_value = "20s", value_parser = parse_duration)]
+    #[arg(long, env = "DS_LONG_POLL_TIMEOUT", default_value = "20s", value_parser = ds_config::parse_duration)]
     pub long_poll_timeout: Duration,
     /// How long one SSE connection stays open before the server closes it.
-    #[arg(long, env = "DS_SSE_MAX_DURATION", default_value = "60s", value_parser = parse_duration)]
+    #[arg(long, env = "DS_SSE_MAX_DURATION", default_value = "60s", value_parser = ds_config::parse_duration)]
     pub sse_max_duration: Duration,
-    /// Most stream bytes per read response.
-    #[arg(long, env = "DS_MAX_READ_BYTES", default_value_t = 1024 * 1024)]
+    /// Most stream bytes per read response (e.g. 1048576, 900KiB, 1MiB).
+    #[arg(long, env = "DS_MAX_READ_BYTES", default_value = "1MiB", value_parser = ds_config::parse_size_usize)]
     pub max_read_bytes: usize,
     /// Largest accepted request body; larger ones get 413.
-    #[arg(long, env = "DS_MAX_BODY_BYTES", default_value_t = 16 * 1024 * 1024)]
+    #[arg(long, env = "DS_MAX_BODY_BYTES", default_value = "16MiB", value_parser = ds_config::parse_size_usize)]
     pub max_body_bytes: usize,
     /// Log format.
-    #[arg(long, env = "DS_LOG_FORMAT", default_value = "text", value_parser = ["text", "json"])]
-    pub log_format: String,
+    #[arg(long, env = "DS_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
 }
 
-/// `500ms`, `20s`, `2m`, or plain seconds.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let (num, unit) = s.find(|c: char| !c.is_ascii_digit()).map_or((s, "s"), |i| s.split_at(i));
-    let n: u64 = num.parse().map_err(|_| format!("{s:?} is not a duration like 500ms, 20s or 2m"))?;
-    match unit {
-        "ms" => Ok(Duration::from_millis(n)),
-        "s" => Ok(Duration::from_secs(n)),
-        "m" => Ok(Duration::from_secs(n * 60)),
-        _ => Err(format!("{s:?}: unit must be ms, s or m")),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_duration("20s"), Ok(Duration::from_secs(20)));
-        assert_eq!(parse_duration("3"), Ok(Duration::from_secs(3)));
-        assert!(parse_duration("2h").is_err());
-        assert!(parse_duration("x").is_err());
-    }
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogFormat {
+    /// Human-readable lines on stderr.
+    Text,
+    /// One JSON object per line (structured logs).
+    Json,
 }

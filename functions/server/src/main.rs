@@ -12,19 +12,14 @@ use ds_core::{ServiceConfig, StreamService};
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let Command::Serve(args) = Cli::parse().command;
-    init_logs(&args.log_format);
+    init_logs(args.log_format);
     serve(args).await
 }
 
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let (substrate, expiry_due) = stores::open(&args).await?;
-    // The AWS substrate keeps one catch-up read within one DynamoDB Query page.
-    let max_read_bytes = match args.store {
-        cli::StoreKind::Aws => args.max_read_bytes.min(ds_store_aws::MAX_READ_BYTES),
-        _ => args.max_read_bytes,
-    };
     let cfg = ServiceConfig {
-        max_read_bytes,
+        max_read_bytes: args.max_read_bytes,
         long_poll_timeout: args.long_poll_timeout,
         sse_max_duration: args.sse_max_duration,
         ..ServiceConfig::default()
@@ -64,11 +59,11 @@ async fn shutdown_signal() {
     tokio::select! { () = ctrl_c => {}, () = term => {} }
 }
 
-fn init_logs(format: &str) {
+fn init_logs(format: cli::LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,tower_http=warn"));
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
-    if format == "json" {
+    if format == cli::LogFormat::Json {
         builder.json().init();
     } else {
         builder.init();

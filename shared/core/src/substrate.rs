@@ -134,6 +134,13 @@ pub trait StreamStore: Send + Sync + 'static {
     /// one write per second per stream) and may make it non-durable.
     async fn touch(&self, path: &str, incarnation: &str, at_ms: i64) -> Result<(), StoreError>;
 
+    /// The largest read budget (`max_bytes` of [`Self::read_chunks`]) this
+    /// store serves efficiently, if it has one. The core clamps its
+    /// `max_read_bytes` to it (AWS: one DynamoDB `Query` page).
+    fn max_read_bytes(&self) -> Option<usize> {
+        None
+    }
+
     /// Meta records in path order, strictly after `after`, at most `limit`.
     /// Used by sweeps (expiry recovery on start-up) — not on request paths.
     async fn list_streams(&self, after: Option<&str>, limit: usize) -> Result<Vec<StreamMeta>, StoreError>;

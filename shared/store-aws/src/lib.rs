@@ -39,8 +39,8 @@ use ds_core::{StoreForkPeer, StreamStore, Substrate};
 /// Largest read budget that keeps a catch-up read of inline chunks within one
 /// meta `GetItem` plus one chunk `Query` page: DynamoDB pages Query results at
 /// 1 MB of item data (keys and attributes included), so a 1 MiB budget of
-/// payload can spill into a second page. Hosts over this substrate clamp the
-/// core's `max_read_bytes` to it.
+/// payload can spill into a second page. The store reports it as its
+/// `StreamStore::max_read_bytes`, so the core clamps its read budget to it.
 pub const MAX_READ_BYTES: usize = 900 * 1024;
 
 pub use clients::AwsClients;

@@ -228,6 +228,10 @@ impl StreamStore for AwsStore {
 
     /// Scans the meta items (sweeps only, never on a request path) and pages
     /// in byte-wise path order.
+    fn max_read_bytes(&self) -> Option<usize> {
+        Some(crate::MAX_READ_BYTES)
+    }
+
     async fn list_streams(&self, after: Option<&str>, limit: usize) -> Result<Vec<StreamMeta>, StoreError> {
         if limit == 0 {
             return Ok(Vec::new());

@@ -96,7 +96,12 @@ pub(crate) enum Plan<T> {
 pub(crate) type Speculate = Option<(StreamMeta, Option<(String, crate::ProducerState)>)>;
 
 impl StreamService {
-    pub fn new(sub: Substrate, cfg: ServiceConfig) -> Self {
+    /// The service over `sub`. `cfg.max_read_bytes` is clamped to the
+    /// store's own limit ([`crate::StreamStore::max_read_bytes`]).
+    pub fn new(sub: Substrate, mut cfg: ServiceConfig) -> Self {
+        if let Some(cap) = sub.store.max_read_bytes() {
+            cfg.max_read_bytes = cfg.max_read_bytes.min(cap);
+        }
         Self {
             sub,
             cfg: Arc::new(cfg),

@@ -1,0 +1,151 @@
+//! One configuration dialect for every host (the local server's flags and
+//! environment, the Lambda functions' environment): durations are written
+//! `500ms`, `20s`, `2m` or `1h`, sizes `1048576`, `900KiB`, `1MiB` or `1GiB`.
+//! Values are parsed by one function each, and a bad value is reported with
+//! the name of the setting it came from.
+
+use std::time::Duration;
+
+/// A value that is not in the dialect.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ValueError {
+    #[error("{0:?} is not a duration like 500ms, 20s, 2m or 1h")]
+    Duration(String),
+    #[error("{0:?} is not a size like 1048576, 900KiB, 1MiB or 1GiB")]
+    Size(String),
+    #[error("{0:?} is too large")]
+    Overflow(String),
+}
+
+/// A setting read from the environment that is not in the dialect.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{name}: {source}")]
+pub struct ConfigError {
+    /// The environment variable (or flag) the value came from.
+    pub name: String,
+    #[source]
+    pub source: ValueError,
+}
+
+/// Split `"20s"` into `(20, "s")`; the number must be present.
+fn split_number(s: &str) -> Option<(u64, &str)> {
+    let s = s.trim();
+    let at = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (num, unit) = s.split_at(at);
+    Some((num.parse().ok()?, unit.trim()))
+}
+
+/// `500ms`, `20s`, `2m`, `1h`. A unit is required: a bare number is ambiguous
+/// between the millisecond and second conventions of other tools.
+pub fn parse_duration(s: &str) -> Result<Duration, ValueError> {
+    let bad = || ValueError::Duration(s.to_owned());
+    let (n, unit) = split_number(s).ok_or_else(bad)?;
+    let secs = |mul: u64| n.checked_mul(mul).map(Duration::from_secs).ok_or_else(|| ValueError::Overflow(s.to_owned()));
+    match unit {
+        "ms" => Ok(Duration::from_millis(n)),
+        "s" => secs(1),
+        "m" => secs(60),
+        "h" => secs(3600),
+        _ => Err(bad()),
+    }
+}
+
+/// Plain bytes (`1048576`, `512B`) or binary units (`KiB`, `MiB`, `GiB`).
+pub fn parse_size(s: &str) -> Result<u64, ValueError> {
+    let (n, unit) = split_number(s).ok_or_else(|| ValueError::Size(s.to_owned()))?;
+    let mul: u64 = match unit {
+        "" | "B" => 1,
+        "KiB" => 1 << 10,
+        "MiB" => 1 << 20,
+        "GiB" => 1 << 30,
+        _ => return Err(ValueError::Size(s.to_owned())),
+    };
+    n.checked_mul(mul).ok_or_else(|| ValueError::Overflow(s.to_owned()))
+}
+
+/// [`parse_size`] as a `usize` (for in-memory limits).
+pub fn parse_size_usize(s: &str) -> Result<usize, ValueError> {
+    usize::try_from(parse_size(s)?).map_err(|_| ValueError::Overflow(s.to_owned()))
+}
+
+/// Reads settings from a key → value lookup (the process environment, or a
+/// map in tests). Unset and empty values read as "not set".
+pub struct Settings<F> {
+    lookup: F,
+}
+
+impl Settings<fn(&str) -> Option<String>> {
+    /// Settings from the process environment.
+    pub fn from_env() -> Self {
+        Self { lookup: |name| std::env::var(name).ok() }
+    }
+}
+
+impl<F: Fn(&str) -> Option<String>> Settings<F> {
+    pub fn new(lookup: F) -> Self {
+        Self { lookup }
+    }
+
+    /// The raw value of `name`, if set and not empty.
+    pub fn raw(&self, name: &str) -> Option<String> {
+        (self.lookup)(name).filter(|v| !v.trim().is_empty())
+    }
+
+    fn parsed<T>(&self, name: &str, parse: impl Fn(&str) -> Result<T, ValueError>) -> Result<Option<T>, ConfigError> {
+        self.raw(name).map(|v| parse(&v).map_err(|source| ConfigError { name: name.to_owned(), source })).transpose()
+    }
+
+    pub fn duration(&self, name: &str) -> Result<Option<Duration>, ConfigError> {
+        self.parsed(name, parse_duration)
+    }
+
+    pub fn size(&self, name: &str) -> Result<Option<usize>, ConfigError> {
+        self.parsed(name, parse_size_usize)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_need_a_unit() {
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("20s"), Ok(Duration::from_secs(20)));
+        assert_eq!(parse_duration(" 2m "), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        for bad in ["20", "", "s", "2d", "-1s", "1.5s"] {
+            assert_eq!(parse_duration(bad), Err(ValueError::Duration(bad.into())), "{bad:?}");
+        }
+        assert!(matches!(parse_duration("18446744073709551615h"), Err(ValueError::Overflow(_))));
+    }
+
+    #[test]
+    fn sizes_take_bytes_or_binary_units() {
+        assert_eq!(parse_size("1048576"), Ok(1 << 20));
+        assert_eq!(parse_size("512B"), Ok(512));
+        assert_eq!(parse_size("900KiB"), Ok(900 << 10));
+        assert_eq!(parse_size("16MiB"), Ok(16 << 20));
+        assert_eq!(parse_size("1GiB"), Ok(1 << 30));
+        for bad in ["1MB", "1 mb", "", "MiB", "-1"] {
+            assert_eq!(parse_size(bad), Err(ValueError::Size(bad.into())), "{bad:?}");
+        }
+        assert!(matches!(parse_size("18446744073709551615GiB"), Err(ValueError::Overflow(_))));
+    }
+
+    #[test]
+    fn settings_name_the_variable_in_errors() {
+        let s = Settings::new(|name: &str| match name {
+            "DS_A" => Some("20s".to_owned()),
+            "DS_B" => Some("twenty".to_owned()),
+            "DS_EMPTY" => Some(String::new()),
+            _ => None,
+        });
+        assert_eq!(s.duration("DS_A"), Ok(Some(Duration::from_secs(20))));
+        assert_eq!(s.duration("DS_UNSET"), Ok(None));
+        assert_eq!(s.duration("DS_EMPTY"), Ok(None));
+        let err = s.duration("DS_B").expect_err("not a duration");
+        assert_eq!(err.to_string(), "DS_B: \"twenty\" is not a duration like 500ms, 20s, 2m or 1h");
+        assert_eq!(s.size("DS_B").expect_err("not a size").name, "DS_B");
+    }
+}
