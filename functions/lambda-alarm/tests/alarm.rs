@@ -103,8 +103,15 @@ async fn alarm_deletes_an_expired_stream() {
     let alarm = env.service();
     lambda_alarm_fn::handle(&alarm, input.clone()).await.expect("handled");
     // Gone for everyone, and its items were purged (not just hidden).
-    assert!(web.substrate().store.read_meta(&path).await.expect("read").is_none(), "deleted");
-    let chunks = web.substrate().store.read_chunks(&path, &created.meta.incarnation, 0, 100, usize::MAX).await;
+    assert!(
+        web.substrate().store.read_meta(&ds_core::StreamHandle::detached(&path)).await.expect("read").is_none(),
+        "deleted"
+    );
+    let chunks = web
+        .substrate()
+        .store
+        .read_chunks(&ds_core::StreamHandle::detached(&path), &created.meta.incarnation, 0, 100, usize::MAX)
+        .await;
     assert!(chunks.expect("read").is_empty(), "its chunks were purged");
     // A second delivery of the same alarm (at-least-once) is harmless.
     lambda_alarm_fn::handle(&alarm, input).await.expect("handled twice");

@@ -2,6 +2,8 @@
 //!
 //! - [`model`]: the persisted records (meta, chunks, producer state) and the
 //!   all-or-nothing [`Commit`].
+//! - [`fold`]: the commit rules, once: a [`Commit`] folded into its net writes
+//!   and the preconditions on stored state, called by every substrate.
 //! - [`substrate`]: the six traits a platform implements, with the consistency
 //!   contract in their docs.
 //! - [`service`]: the protocol use-cases (create/fork, append/close, read,
@@ -10,6 +12,7 @@
 
 #[cfg(feature = "test-util")]
 pub mod contract;
+pub mod fold;
 pub mod model;
 pub mod service;
 pub mod substrate;

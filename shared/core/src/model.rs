@@ -183,6 +183,17 @@ impl TailSignal {
     pub fn of(meta: &StreamMeta) -> Self {
         Self { incarnation: meta.incarnation.clone(), tail: meta.tail, closed: meta.closed, deleted: meta.soft_deleted }
     }
+
+    /// Whether this signal may show a reader something beyond `seen` (the
+    /// state it last read): progress within its incarnation (tail further,
+    /// newly closed, newly deleted), or another incarnation altogether. A
+    /// signal that lags what the reader already read is not news.
+    pub fn is_news_to(&self, seen: &TailSignal) -> bool {
+        if self.incarnation != seen.incarnation {
+            return true;
+        }
+        self.tail > seen.tail || (self.closed && !seen.closed) || (self.deleted && !seen.deleted)
+    }
 }
 
 /// An expiry alarm that fired: the host calls
@@ -191,4 +202,25 @@ impl TailSignal {
 pub struct ExpiryDue {
     pub path: String,
     pub incarnation: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sig(inc: &str, tail: u64, closed: bool, deleted: bool) -> TailSignal {
+        TailSignal { incarnation: inc.into(), tail, closed, deleted }
+    }
+
+    #[test]
+    fn only_progress_or_another_incarnation_is_news() {
+        let seen = sig("a", 10, false, false);
+        assert!(sig("a", 11, false, false).is_news_to(&seen));
+        assert!(sig("a", 10, true, false).is_news_to(&seen));
+        assert!(sig("a", 10, false, true).is_news_to(&seen));
+        assert!(!sig("a", 10, false, false).is_news_to(&seen));
+        assert!(!sig("a", 9, false, false).is_news_to(&seen), "a lagging signal is not news");
+        assert!(!sig("a", 10, true, true).is_news_to(&sig("a", 12, true, true)));
+        assert!(sig("b", 0, false, false).is_news_to(&seen));
+    }
 }

@@ -62,7 +62,7 @@ pub enum StoreError {
 pub trait StreamStore: Send + Sync + 'static {
     /// The stream's meta record, if one exists (including soft-deleted and
     /// expired-but-not-yet-removed streams: the core decides what they mean).
-    async fn read_meta(&self, path: &str) -> Result<Option<StreamMeta>, StoreError>;
+    async fn read_meta(&self, stream: &StreamHandle) -> Result<Option<StreamMeta>, StoreError>;
 
     /// Chunks of `(path, incarnation)` overlapping positions `[from, until)`,
     /// in position order. The first chunk may start before `from` (the chunk
@@ -71,7 +71,7 @@ pub trait StreamStore: Send + Sync + 'static {
     /// at least the first overlapping chunk when one exists.
     async fn read_chunks(
         &self,
-        path: &str,
+        stream: &StreamHandle,
         incarnation: &str,
         from: u64,
         until: u64,
@@ -86,8 +86,8 @@ pub trait StreamStore: Send + Sync + 'static {
     /// error) is re-planned with [`Self::read_meta`] before it is answered.
     /// A substrate that caches must refresh or drop its cached entry when a
     /// commit for that path fails with [`StoreError::Conflict`].
-    async fn read_meta_for_update(&self, path: &str) -> Result<Option<StreamMeta>, StoreError> {
-        self.read_meta(path).await
+    async fn read_meta_for_update(&self, stream: &StreamHandle) -> Result<Option<StreamMeta>, StoreError> {
+        self.read_meta(stream).await
     }
 
     /// A producer's state for *planning a mutation*; same caching rules as
@@ -96,17 +96,17 @@ pub trait StreamStore: Send + Sync + 'static {
     /// stale cached producer state.
     async fn read_producer_for_update(
         &self,
-        path: &str,
+        stream: &StreamHandle,
         incarnation: &str,
         producer_id: &str,
     ) -> Result<Option<ProducerState>, StoreError> {
-        self.read_producer(path, incarnation, producer_id).await
+        self.read_producer(stream, incarnation, producer_id).await
     }
 
-    /// One producer's state for `(path, incarnation)`.
+    /// One producer's state for `(stream, incarnation)`.
     async fn read_producer(
         &self,
-        path: &str,
+        stream: &StreamHandle,
         incarnation: &str,
         producer_id: &str,
     ) -> Result<Option<ProducerState>, StoreError>;
@@ -132,7 +132,7 @@ pub trait StreamStore: Send + Sync + 'static {
     /// at least `at_ms` if the stored incarnation still matches. No version
     /// bump, no precondition. Implementations may coalesce (e.g. at most about
     /// one write per second per stream) and may make it non-durable.
-    async fn touch(&self, path: &str, incarnation: &str, at_ms: i64) -> Result<(), StoreError>;
+    async fn touch(&self, stream: &StreamHandle, incarnation: &str, at_ms: i64) -> Result<(), StoreError>;
 
     /// The largest read budget (`max_bytes` of [`Self::read_chunks`]) this
     /// store serves efficiently, if it has one. The core clamps its
@@ -150,7 +150,18 @@ pub trait StreamStore: Send + Sync + 'static {
 pub type PendingCommit = futures::future::BoxFuture<'static, Result<(), StoreError>>;
 
 /// Held while a stream's critical section runs; dropping it releases the lock.
-pub type MutexGuard = Box<dyn Any + Send>;
+#[must_use = "dropping the guard releases the stream's lock"]
+pub struct StreamGuard {
+    _held: Box<dyn Send>,
+}
+
+impl StreamGuard {
+    /// A guard that holds `held` (the substrate's permit and whatever must
+    /// outlive it) until dropped.
+    pub fn new(held: impl Send + 'static) -> Self {
+        Self { _held: Box::new(held) }
+    }
+}
 
 /// Serializes one stream's read → validate → commit critical section.
 ///
@@ -161,7 +172,7 @@ pub type MutexGuard = Box<dyn Any + Send>;
 /// holds two guards at once (so lock order cannot deadlock).
 #[async_trait]
 pub trait StreamMutex: Send + Sync + 'static {
-    async fn lock(&self, path: &str) -> MutexGuard;
+    async fn lock(&self, stream: &StreamHandle) -> StreamGuard;
 }
 
 /// Wakes the live readers (long-poll, SSE) of a stream.
@@ -174,8 +185,8 @@ pub trait StreamMutex: Send + Sync + 'static {
 pub trait StreamHub: Send + Sync + 'static {
     /// Tell this stream's waiters about a committed change.
     fn publish(&self, path: &str, signal: TailSignal);
-    /// Start watching `path`. Subscribe *before* reading the store.
-    fn subscribe(&self, path: &str) -> Box<dyn HubSubscription>;
+    /// Start watching the stream. Subscribe *before* reading the store.
+    fn subscribe(&self, stream: &StreamHandle) -> Box<dyn HubSubscription>;
 }
 
 /// One reader's interest in one stream.
@@ -222,20 +233,58 @@ pub trait ForkPeer: Send + Sync + 'static {
     ) -> Result<Vec<Chunk>, StoreError>;
 }
 
-/// Keeps a stream's context alive while held.
-pub type StreamLease = Box<dyn Any + Send + Sync>;
+/// One stream, entered for the duration of a request (or a longer task):
+/// its path and the substrate's per-stream context. Every per-stream call of
+/// the substrate takes it, so a substrate reaches its context (lock, cache,
+/// waiters) directly instead of looking the path up again; holding it keeps
+/// the context alive.
+///
+/// A [`detached`](Self::detached) handle carries no context: substrates look
+/// their context up by path (sweeps, tests, reads of another stream).
+#[derive(Clone)]
+pub struct StreamHandle {
+    path: Arc<str>,
+    context: Option<Arc<dyn Any + Send + Sync>>,
+}
+
+impl StreamHandle {
+    /// A handle carrying the substrate's context `C` for `path`.
+    pub fn new<C: Send + Sync + 'static>(path: &str, context: Arc<C>) -> Self {
+        Self { path: Arc::from(path), context: Some(context) }
+    }
+
+    /// A handle without a substrate context.
+    pub fn detached(path: &str) -> Self {
+        Self { path: Arc::from(path), context: None }
+    }
+
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    /// The substrate's context, if this handle carries one of type `C`.
+    pub fn context<C: Send + Sync + 'static>(&self) -> Option<Arc<C>> {
+        Arc::clone(self.context.as_ref()?).downcast::<C>().ok()
+    }
+}
+
+impl std::fmt::Debug for StreamHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StreamHandle").field("path", &self.path).field("attached", &self.context.is_some()).finish()
+    }
+}
 
 /// The per-stream context map: "give me stream K's context, created on demand,
 /// evicted when idle".
 ///
-/// Invariants: while a lease for `path` is held, the substrate's per-stream
-/// state for it (lock, waiters, pollers, caches) stays in place; once no
-/// lease, lock guard or subscription refers to it, it may be evicted. The
-/// number of live contexts is bounded by the streams in use, not the streams
-/// ever seen.
+/// Invariants: while a [`StreamHandle`] for `path` is held, the substrate's
+/// per-stream state for it (lock, waiters, pollers, caches) stays in place;
+/// once no handle, lock guard or subscription refers to it, it may be
+/// evicted. The number of live contexts is bounded by the streams in use, not
+/// the streams ever seen.
 pub trait StreamRegistry: Send + Sync + 'static {
     /// Enter `path` for the duration of one request.
-    fn enter(&self, path: &str) -> StreamLease;
+    fn enter(&self, path: &str) -> StreamHandle;
     /// Number of live per-stream contexts (for tests and metrics).
     fn live_contexts(&self) -> usize;
 }
@@ -255,7 +304,7 @@ impl StoreForkPeer {
 #[async_trait]
 impl ForkPeer for StoreForkPeer {
     async fn source_meta(&self, path: &str) -> Result<Option<StreamMeta>, StoreError> {
-        self.store.read_meta(path).await
+        self.store.read_meta(&StreamHandle::detached(path)).await
     }
 
     async fn read_source(
@@ -266,7 +315,7 @@ impl ForkPeer for StoreForkPeer {
         until: u64,
         max_bytes: usize,
     ) -> Result<Vec<Chunk>, StoreError> {
-        self.store.read_chunks(path, incarnation, from, until, max_bytes).await
+        self.store.read_chunks(&StreamHandle::detached(path), incarnation, from, until, max_bytes).await
     }
 }
 

@@ -8,14 +8,12 @@ use axum::response::{IntoResponse, Response};
 use ds_core::{
     AppendOutcome, AppendRequest, CreateRequest, ForkRequest, LiveMode, ReadOutcome, ReadRequest, StreamMeta,
 };
-use ds_protocol::cursor::next_cursor;
 use ds_protocol::etag::{if_none_match, read_etag};
 use ds_protocol::headers::{
     format_rfc3339_ms, is_stream_closed, parse_lifetime, parse_producer, parse_sub_offset, validate_content_type,
 };
 use ds_protocol::sse::DataEncoding;
 use ds_protocol::Offset;
-use rand::Rng;
 
 use crate::error::ApiError;
 use crate::headers::{self as h, get};
@@ -176,28 +174,19 @@ async fn head(app: AppState, path: String) -> ApiResult {
 
 async fn get_stream(app: AppState, path: String, req: Request) -> ApiResult {
     let q = read_query(req.uri())?;
-    let live = match q.live.as_deref() {
-        None => LiveMode::None,
-        Some("long-poll") => LiveMode::LongPoll,
-        Some("sse") => LiveMode::Sse,
-        Some(other) => return Err(ApiError::bad_request(format!("unknown live mode {other:?}"))),
-    };
+    let live = q.live;
     let read = ReadRequest { path, offset: q.offset, live };
     if live == LiveMode::Sse {
         return sse(app, read, q.cursor).await;
     }
     let out = app.service.read(read).await?;
     let inm = get(req.headers(), "if-none-match")?.map(str::to_owned);
-    Ok(render_read(&out, live, q.cursor.as_deref(), inm.as_deref()))
+    let cursor = (live == LiveMode::LongPoll && !out.closed).then(|| app.service.live_cursor(q.cursor.as_deref()));
+    Ok(render_read(&out, cursor, inm.as_deref()))
 }
 
-fn cursor(client: Option<&str>) -> String {
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-    let jitter = rand::thread_rng().gen_range(1..=3600);
-    next_cursor(i64::try_from(now.as_millis()).unwrap_or(i64::MAX), client, jitter)
-}
-
-fn render_read(out: &ReadOutcome, live: LiveMode, client_cursor: Option<&str>, inm: Option<&str>) -> Response {
+/// `cursor`: the `Stream-Cursor` of a live (long-poll) response.
+fn render_read(out: &ReadOutcome, cursor: Option<String>, inm: Option<&str>) -> Response {
     let etag =
         (!out.at_now && !out.no_content).then(|| read_etag(&out.meta.incarnation, out.start, out.next, out.closed));
     if let (Some(etag), Some(inm)) = (&etag, inm) {
@@ -224,8 +213,8 @@ fn render_read(out: &ReadOutcome, live: LiveMode, client_cursor: Option<&str>, i
     if out.closed {
         set(headers, h::STREAM_CLOSED, "true");
     }
-    if live == LiveMode::LongPoll && !out.closed {
-        set(headers, h::STREAM_CURSOR, cursor(client_cursor));
+    if let Some(cursor) = cursor {
+        set(headers, h::STREAM_CURSOR, cursor);
     }
     if let Some(etag) = etag {
         set(headers, "etag", etag);

@@ -4,7 +4,9 @@
 use axum::body::Body;
 use axum::http::Uri;
 use bytes::Bytes;
+use ds_core::LiveMode;
 use ds_protocol::ReadOffset;
+use http_body_util::{BodyExt, LengthLimitError, Limited};
 
 use crate::error::ApiError;
 
@@ -36,23 +38,32 @@ fn percent_decode(s: &str) -> Option<String> {
 }
 
 /// The read query: `offset`, `live`, `cursor`. Unknown parameters are ignored.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct ReadQuery {
     pub offset: Option<ReadOffset>,
-    pub live: Option<String>,
+    pub live: LiveMode,
     pub cursor: Option<String>,
+}
+
+/// The `live` parameter: absent (catch-up), `long-poll` or `sse`.
+fn live_mode(v: &str) -> Result<LiveMode, ApiError> {
+    match v {
+        "long-poll" => Ok(LiveMode::LongPoll),
+        "sse" => Ok(LiveMode::Sse),
+        other => Err(ApiError::bad_request(format!("unknown live mode {other:?} (expected long-poll or sse)"))),
+    }
 }
 
 pub fn read_query(uri: &Uri) -> Result<ReadQuery, ApiError> {
     let mut offsets = Vec::new();
-    let mut q = ReadQuery::default();
+    let mut q = ReadQuery { offset: None, live: LiveMode::None, cursor: None };
     for pair in uri.query().unwrap_or_default().split('&').filter(|p| !p.is_empty()) {
         let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
         let v =
             percent_decode(&v.replace('+', " ")).ok_or_else(|| ApiError::bad_request("query is not valid UTF-8"))?;
         match k {
             "offset" => offsets.push(v),
-            "live" => q.live = Some(v),
+            "live" => q.live = live_mode(&v)?,
             "cursor" => q.cursor = Some(v),
             _ => {}
         }
@@ -64,15 +75,11 @@ pub fn read_query(uri: &Uri) -> Result<ReadQuery, ApiError> {
 
 /// Read the whole body, refusing more than `limit` bytes with 413.
 pub async fn body(body: Body, limit: usize) -> Result<Bytes, ApiError> {
-    axum::body::to_bytes(body, limit).await.map_err(|e| {
-        let too_large = std::error::Error::source(&e).is_some_and(|s| s.is::<http_body_util::LengthLimitError>())
-            || e.to_string().contains("length limit");
-        if too_large {
-            ApiError::payload_too_large(limit)
-        } else {
-            ApiError::bad_request(format!("could not read the request body: {e}"))
-        }
-    })
+    match Limited::new(body, limit).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) if e.is::<LengthLimitError>() => Err(ApiError::payload_too_large(limit)),
+        Err(e) => Err(ApiError::bad_request(format!("could not read the request body: {e}"))),
+    }
 }
 
 #[cfg(test)]
@@ -86,12 +93,21 @@ mod tests {
         assert_eq!(stream_path(&uri).unwrap(), "a/b/c");
         let q = read_query(&uri).unwrap();
         assert_eq!(q.offset, Some(ReadOffset::Beginning));
-        assert_eq!(q.live.as_deref(), Some("long-poll"));
+        assert_eq!(q.live, LiveMode::LongPoll);
+        assert!(read_query(&"/x?offset=-1&live=poll".parse().unwrap()).is_err(), "unknown live mode");
         for bad in ["/v1/stream/a/%2E%2E/b", "/v1/stream/..", "/v1/stream/a%00b", "/v1/stream/%ff"] {
             assert!(stream_path(&bad.parse().unwrap()).is_err(), "{bad}");
         }
         assert!(read_query(&"/x?offset=1,2".parse().unwrap()).is_err());
         assert!(read_query(&"/x?offset=".parse().unwrap()).is_err());
         assert!(read_query(&"/x?offset=-1&offset=-1".parse().unwrap()).is_err());
+    }
+
+    #[tokio::test]
+    async fn bodies_over_the_limit_are_413_and_others_are_read_whole() {
+        let ok = body(Body::from("12345"), 5).await.unwrap();
+        assert_eq!(ok, Bytes::from_static(b"12345"));
+        let err = body(Body::from("123456"), 5).await.expect_err("over the limit");
+        assert_eq!(err.status, axum::http::StatusCode::PAYLOAD_TOO_LARGE);
     }
 }

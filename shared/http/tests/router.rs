@@ -85,7 +85,10 @@ async fn forks_soft_delete_and_cascade_gc() {
     assert_eq!(call(&a, "DELETE", "/v1/stream/f2", &[], b"").await.status, StatusCode::NO_CONTENT);
     let store = &a.service.substrate().store;
     for p in ["src", "f1", "f2"] {
-        assert!(store.read_meta(p).await.unwrap().is_none(), "{p} should be collected");
+        assert!(
+            store.read_meta(&ds_core::StreamHandle::detached(p)).await.unwrap().is_none(),
+            "{p} should be collected"
+        );
     }
     assert_eq!(call(&a, "PUT", "/v1/stream/src", &[TEXT], b"").await.status, StatusCode::CREATED);
 }
@@ -100,7 +103,10 @@ async fn sliding_ttl_and_absolute_expiry() {
     assert_eq!(call(&a, "HEAD", "/v1/stream/ttl", &[], b"").await.status, StatusCode::OK); // HEAD does not reset
     a.clock.0.fetch_add(3_000, Ordering::SeqCst);
     assert_eq!(call(&a, "GET", "/v1/stream/ttl", &[], b"").await.status, StatusCode::NOT_FOUND);
-    assert!(a.service.substrate().store.read_meta("ttl").await.unwrap().is_none(), "expired stream removed");
+    assert!(
+        a.service.substrate().store.read_meta(&ds_core::StreamHandle::detached("ttl")).await.unwrap().is_none(),
+        "expired stream removed"
+    );
 
     call(&a, "PUT", "/v1/stream/abs", &[TEXT, ("stream-expires-at", "2027-01-15T08:00:05Z")], b"x").await;
     a.clock.0.store(1_800_000_000_000 + 10_000, Ordering::SeqCst); // 2027-01-15T08:00:10Z

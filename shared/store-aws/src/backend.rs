@@ -1,6 +1,5 @@
 //! The state one substrate instance shares between its service
-//! implementations: clients, configuration, the per-stream registry and the
-//! fault hook. One per process (a Lambda instance, the local server); tests
+//! implementations: clients, configuration and the per-stream registry. One per process (a Lambda instance, the local server); tests
 //! build several to act as separate instances.
 
 use std::sync::Arc;
@@ -11,7 +10,6 @@ use rand::Rng;
 use crate::blobs::Blobs;
 use crate::clients::AwsClients;
 use crate::config::AwsConfig;
-use crate::faults::Faults;
 use crate::registry::Registry;
 
 pub struct Backend {
@@ -20,18 +18,21 @@ pub struct Backend {
     pub blobs: Blobs,
     pub scheduler: aws_sdk_scheduler::Client,
     pub registry: Arc<Registry>,
-    pub faults: Faults,
 }
 
 impl Backend {
     pub fn new(cfg: AwsConfig, clients: AwsClients) -> Self {
         let registry = Arc::new(Registry::new(cfg.registry.clone()));
         Self {
-            blobs: Blobs { s3: clients.s3, bucket: cfg.bucket.clone() },
+            blobs: Blobs {
+                s3: clients.s3,
+                bucket: cfg.bucket.clone(),
+                #[cfg(feature = "fault-injection")]
+                faults: Arc::default(),
+            },
             ddb: clients.ddb,
             scheduler: clients.scheduler,
             registry,
-            faults: Faults::default(),
             cfg,
         }
     }

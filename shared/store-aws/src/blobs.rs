@@ -6,6 +6,7 @@ use bytes::Bytes;
 use tracing::{debug, warn};
 
 use crate::error::{classify, AwsError};
+#[cfg(feature = "fault-injection")]
 use crate::faults::{Fault, FaultPoint, Faults};
 
 /// The bucket and its client.
@@ -13,19 +14,28 @@ use crate::faults::{Fault, FaultPoint, Faults};
 pub struct Blobs {
     pub s3: aws_sdk_s3::Client,
     pub bucket: String,
+    #[cfg(feature = "fault-injection")]
+    pub faults: std::sync::Arc<Faults>,
 }
 
 impl Blobs {
+    /// An injected failure for this call at `point`, if one is queued.
+    #[cfg(feature = "fault-injection")]
+    fn injected(&self, point: FaultPoint) -> Result<(), AwsError> {
+        match self.faults.take(point) {
+            Some(Fault::Throttle) => Err(AwsError::Throttled("injected: S3 SlowDown".into())),
+            Some(Fault::Reject) => Err(AwsError::Rejected("injected: S3 AccessDenied".into())),
+            Some(Fault::LoseAck) | None => Ok(()),
+        }
+    }
+
     /// Store `data` under the fresh `key`. Fails with
     /// [`AwsError::AlreadyExists`] rather than overwrite: every key is meant
     /// to be written exactly once.
-    #[tracing::instrument(level = "debug", skip(self, data, faults), fields(len = data.len()))]
-    pub async fn put_new(&self, key: &str, data: Bytes, faults: &Faults) -> Result<(), AwsError> {
-        match faults.take(FaultPoint::S3Put) {
-            Some(Fault::Throttle) => return Err(AwsError::Throttled("injected: S3 SlowDown".into())),
-            Some(Fault::Reject) => return Err(AwsError::Rejected("injected: S3 AccessDenied".into())),
-            Some(Fault::LoseAck) | None => {}
-        }
+    #[tracing::instrument(level = "debug", skip(self, data), fields(len = data.len()))]
+    pub async fn put_new(&self, key: &str, data: Bytes) -> Result<(), AwsError> {
+        #[cfg(feature = "fault-injection")]
+        self.injected(FaultPoint::S3Put)?;
         self.s3
             .put_object()
             .bucket(&self.bucket)
@@ -40,16 +50,13 @@ impl Blobs {
     }
 
     /// Bytes `[offset, offset + len)` of the object at `key`.
-    #[tracing::instrument(level = "debug", skip(self, faults))]
-    pub async fn get_range(&self, key: &str, offset: u64, len: u64, faults: &Faults) -> Result<Bytes, AwsError> {
+    #[tracing::instrument(level = "debug", skip(self))]
+    pub async fn get_range(&self, key: &str, offset: u64, len: u64) -> Result<Bytes, AwsError> {
         if len == 0 {
             return Ok(Bytes::new());
         }
-        match faults.take(FaultPoint::S3Get) {
-            Some(Fault::Throttle) => return Err(AwsError::Throttled("injected: S3 SlowDown".into())),
-            Some(Fault::Reject) => return Err(AwsError::Rejected("injected: S3 AccessDenied".into())),
-            Some(Fault::LoseAck) | None => {}
-        }
+        #[cfg(feature = "fault-injection")]
+        self.injected(FaultPoint::S3Get)?;
         let out = self
             .s3
             .get_object()
@@ -86,12 +93,14 @@ impl Blobs {
     }
 
     /// Best-effort delete of objects no committed item points at (used after
-    /// a failed commit); failures are logged and left to the sweeper.
+    /// a failed commit); failures are logged and left to `cleanup::sweep_path`.
     pub async fn discard(&self, keys: &[String]) {
         for key in keys {
             match self.delete(key).await {
                 Ok(()) => debug!(key, "discarded uncommitted object"),
-                Err(e) => warn!(key, error = %e, "could not discard an uncommitted object; the sweeper will"),
+                Err(e) => {
+                    warn!(key, error = %e, "could not discard an uncommitted object; left to cleanup::sweep_path")
+                }
             }
         }
     }

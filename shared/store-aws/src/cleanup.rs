@@ -3,6 +3,11 @@
 //! the commit). Nothing here is on a request's correctness path: garbage is
 //! unreachable by construction (its incarnation is gone, or no item points
 //! at it), so removal may be late or repeated.
+//!
+//! Callers: a commit that deletes a stream purges the wiped incarnation right
+//! after it applies ([`purge_incarnation`]). [`sweep_path`] is called through
+//! `AwsSubstrate::sweep`; nothing schedules it yet, so objects left by a
+//! commit whose outcome stayed unknown remain until someone sweeps the path.
 
 use std::collections::HashSet;
 

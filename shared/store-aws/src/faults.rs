@@ -1,6 +1,7 @@
 //! Fault injection at the substrate's AWS call sites, for tests of failing
-//! commits (throttling, S3 errors, lost acknowledgements). Disarmed it costs
-//! one atomic load per call.
+//! commits (throttling, S3 errors, lost acknowledgements). Compiled only with
+//! the `fault-injection` feature, which tests enable; disarmed it costs one
+//! atomic load per call.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -17,7 +17,7 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use ds_core::{HubSubscription, StreamHub, TailSignal};
+use ds_core::{HubSubscription, StreamHandle, StreamHub, TailSignal};
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::debug;
@@ -37,8 +37,8 @@ impl StreamHub for PollHub {
         }
     }
 
-    fn subscribe(&self, path: &str) -> Box<dyn HubSubscription> {
-        let ctx = self.b.registry.get(path);
+    fn subscribe(&self, stream: &StreamHandle) -> Box<dyn HubSubscription> {
+        let ctx = self.b.registry.context_of(stream);
         let rx = ctx.signal.subscribe();
         {
             let mut running = ctx.poller_running.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -66,13 +66,11 @@ impl Drop for PollSubscription {
     }
 }
 
-/// Whether `cur` shows something `seen` does not.
+/// Whether `cur` shows something `seen` does not ([`TailSignal::is_news_to`]);
+/// a signal of another incarnation wakes a waiter once, not on every look
+/// (a poll keeps reporting it until the reader re-reads and moves on).
 fn is_news(cur: &TailSignal, seen: &TailSignal, last_woken: Option<&TailSignal>) -> bool {
-    if cur.incarnation == seen.incarnation {
-        cur.tail > seen.tail || (cur.closed && !seen.closed) || (cur.deleted && !seen.deleted)
-    } else {
-        last_woken != Some(cur)
-    }
+    cur.is_news_to(seen) && (cur.incarnation == seen.incarnation || last_woken != Some(cur))
 }
 
 #[async_trait]

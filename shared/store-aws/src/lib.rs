@@ -20,6 +20,7 @@ pub mod clients;
 pub mod codec;
 pub mod config;
 pub mod error;
+#[cfg(feature = "fault-injection")]
 pub mod faults;
 pub mod hub;
 pub mod mutex;
@@ -30,6 +31,8 @@ pub mod scheduler;
 pub mod schema;
 pub mod segments;
 pub mod store;
+#[cfg(feature = "test-util")]
+pub mod test_util;
 pub mod txn;
 
 use std::sync::Arc;
@@ -45,6 +48,7 @@ pub const MAX_READ_BYTES: usize = 900 * 1024;
 
 pub use clients::AwsClients;
 pub use config::{AwsConfig, ConfigError};
+#[cfg(feature = "fault-injection")]
 pub use faults::{Fault, FaultPoint};
 pub use scheduler::{schedule_name, AlarmInput};
 
@@ -87,13 +91,15 @@ impl AwsSubstrate {
     }
 
     /// Queue injected failures (tests of failing commits).
+    #[cfg(feature = "fault-injection")]
     pub fn inject_fault(&self, point: FaultPoint, fault: Fault, count: usize) {
-        self.backend.faults.inject(point, fault, count);
+        self.backend.blobs.faults.inject(point, fault, count);
     }
 
     /// Injected failures not consumed yet.
+    #[cfg(feature = "fault-injection")]
     pub fn pending_faults(&self) -> usize {
-        self.backend.faults.pending()
+        self.backend.blobs.faults.pending()
     }
 
     /// Pack old inline chunks of a stream into one sealed S3 segment (see

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use ds_core::{MutexGuard, StreamMutex};
+use ds_core::{StreamGuard, StreamHandle, StreamMutex};
 use tokio::sync::OwnedSemaphorePermit;
 
 use crate::registry::{Registry, StreamCtx};
@@ -24,14 +24,14 @@ struct Guard {
 
 #[async_trait]
 impl StreamMutex for AwsMutex {
-    async fn lock(&self, path: &str) -> MutexGuard {
-        let ctx = self.registry.get(path);
+    async fn lock(&self, stream: &StreamHandle) -> StreamGuard {
+        let ctx = self.registry.context_of(stream);
         let permit = match Arc::clone(&ctx.lock).acquire_owned().await {
             Ok(p) => p,
             // The semaphore is never closed; if it were, running without the
             // in-process optimization is still correct (commit conditions).
-            Err(_) => return Box::new(ctx),
+            Err(_) => return StreamGuard::new(ctx),
         };
-        Box::new(Guard { _ctx: ctx, _permit: permit })
+        StreamGuard::new(Guard { _ctx: ctx, _permit: permit })
     }
 }

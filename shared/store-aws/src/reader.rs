@@ -38,21 +38,8 @@ pub async fn chunk_items(
     let mut start_key: Option<Item> = None;
     let mut reached_until = false;
     'pages: loop {
-        let page = b
-            .ddb
-            .query()
-            .table_name(&b.cfg.table)
-            .consistent_read(true)
-            .key_condition_expression("#pk = :pk AND #sk BETWEEN :lo AND :hi")
-            .expression_attribute_names("#pk", PK)
-            .expression_attribute_names("#sk", SK)
-            .expression_attribute_values(":pk", s(schema::stream_pk(path)))
-            .expression_attribute_values(":lo", s(&lo))
-            .expression_attribute_values(":hi", s(&hi))
-            .set_exclusive_start_key(start_key.take())
-            .send()
-            .await
-            .map_err(classify)?;
+        let page = query_chunks(b, path, &lo, &hi).set_exclusive_start_key(start_key.take()).send().await;
+        let page = page.map_err(classify)?;
         for item in page.items() {
             let c = codec::chunk_from_item(item)?;
             if c.start >= until {
@@ -74,21 +61,9 @@ pub async fn chunk_items(
     let covered = out.last().map_or(from, |c| c.end);
     if !reached_until && total < budget && covered < until {
         // The chunk straddling `until`, if any: the first chunk ending past it.
-        let page = b
-            .ddb
-            .query()
-            .table_name(&b.cfg.table)
-            .consistent_read(true)
-            .key_condition_expression("#pk = :pk AND #sk BETWEEN :lo AND :hi")
-            .expression_attribute_names("#pk", PK)
-            .expression_attribute_names("#sk", SK)
-            .expression_attribute_values(":pk", s(schema::stream_pk(path)))
-            .expression_attribute_values(":lo", s(schema::chunk_sk(incarnation, until.saturating_add(1))))
-            .expression_attribute_values(":hi", s(schema::chunk_sk(incarnation, u64::MAX)))
-            .limit(1)
-            .send()
-            .await
-            .map_err(classify)?;
+        let lo = schema::chunk_sk(incarnation, until.saturating_add(1));
+        let hi = schema::chunk_sk(incarnation, u64::MAX);
+        let page = query_chunks(b, path, &lo, &hi).limit(1).send().await.map_err(classify)?;
         if let Some(item) = page.items().first() {
             let c = codec::chunk_from_item(item)?;
             if c.start < until && c.end > covered.max(from) {
@@ -97,6 +72,26 @@ pub async fn chunk_items(
         }
     }
     Ok(out)
+}
+
+/// A consistent `Query` of the chunk items of `path` with sort keys in
+/// `[lo, hi]`.
+fn query_chunks(
+    b: &Backend,
+    path: &str,
+    lo: &str,
+    hi: &str,
+) -> aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder {
+    b.ddb
+        .query()
+        .table_name(&b.cfg.table)
+        .consistent_read(true)
+        .key_condition_expression("#pk = :pk AND #sk BETWEEN :lo AND :hi")
+        .expression_attribute_names("#pk", PK)
+        .expression_attribute_names("#sk", SK)
+        .expression_attribute_values(":pk", s(schema::stream_pk(path)))
+        .expression_attribute_values(":lo", s(lo))
+        .expression_attribute_values(":hi", s(hi))
 }
 
 /// A run of consecutive chunks whose bytes are contiguous in one object.
@@ -133,9 +128,10 @@ pub async fn materialize(b: &Backend, items: Vec<ChunkItem>) -> Result<Vec<Chunk
         fetches.iter().enumerate().map(|(i, f)| (i, f.key.clone(), f.offset, f.len)).collect();
     let mut fetched: Vec<(usize, Bytes)> = Vec::with_capacity(jobs.len());
     for batch in jobs.chunks(MAX_PARALLEL_GETS) {
-        let gets = batch.iter().cloned().map(|(i, key, offset, len)| async move {
-            b.blobs.get_range(&key, offset, len, &b.faults).await.map(|d| (i, d))
-        });
+        let gets = batch
+            .iter()
+            .cloned()
+            .map(|(i, key, offset, len)| async move { b.blobs.get_range(&key, offset, len).await.map(|d| (i, d)) });
         let done = futures::future::try_join_all(gets).await.map_err(|e| match e {
             // A pointed-at object is gone only when the stream was deleted
             // under the reader.

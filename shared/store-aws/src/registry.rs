@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
-use ds_core::{ProducerState, StreamLease, StreamMeta, StreamRegistry, TailSignal};
+use ds_core::{ProducerState, StreamHandle, StreamMeta, StreamRegistry, TailSignal};
 use tokio::sync::{watch, Semaphore};
 
 use crate::config::RegistryConfig;
@@ -36,6 +36,9 @@ impl CachedMeta {
 /// One stream's per-process state.
 pub struct StreamCtx {
     pub path: String,
+    /// Id of the [`Registry`] that made it (handles of another substrate
+    /// instance in the same process must not reach this one's cache).
+    owner: u64,
     /// In-process exclusion for the critical section: an optimization that
     /// keeps this process's writers from racing each other (and from wasting
     /// transactions on lost races); correctness across processes comes from
@@ -63,9 +66,10 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl StreamCtx {
-    fn new(path: &str) -> Self {
+    fn new(path: &str, owner: u64) -> Self {
         Self {
             path: path.to_owned(),
+            owner,
             lock: Arc::new(Semaphore::new(1)),
             cache: Mutex::new(None),
             producers: Mutex::new(HashMap::new()),
@@ -163,13 +167,27 @@ impl StreamCtx {
 
 /// The map itself.
 pub struct Registry {
+    id: u64,
     cfg: RegistryConfig,
     map: Mutex<HashMap<String, Arc<StreamCtx>>>,
 }
 
 impl Registry {
     pub fn new(cfg: RegistryConfig) -> Self {
-        Self { cfg, map: Mutex::new(HashMap::new()) }
+        static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        Self { id: NEXT_ID.fetch_add(1, Ordering::Relaxed), cfg, map: Mutex::new(HashMap::new()) }
+    }
+
+    /// The context a handle carries when it is one of this registry's (no map
+    /// lookup); otherwise the context for its path, created on demand.
+    pub fn context_of(&self, stream: &StreamHandle) -> Arc<StreamCtx> {
+        match stream.context::<StreamCtx>() {
+            Some(ctx) if ctx.owner == self.id => {
+                ctx.touch_used();
+                ctx
+            }
+            _ => self.get(stream.path()),
+        }
     }
 
     /// The context for `path`, created on demand.
@@ -182,7 +200,7 @@ impl Registry {
         if map.len() >= self.cfg.max_contexts {
             Self::evict(&mut map, &self.cfg, true);
         }
-        let ctx = Arc::new(StreamCtx::new(path));
+        let ctx = Arc::new(StreamCtx::new(path, self.id));
         map.insert(path.to_owned(), Arc::clone(&ctx));
         ctx
     }
@@ -222,19 +240,15 @@ impl Registry {
     }
 }
 
-/// [`StreamRegistry`] over [`Registry`]: a lease is a handle on the context.
+/// [`StreamRegistry`] over [`Registry`]: a handle carries the context.
 pub struct AwsRegistry {
     pub(crate) registry: Arc<Registry>,
 }
 
-struct Lease {
-    _ctx: Arc<StreamCtx>,
-}
-
 impl StreamRegistry for AwsRegistry {
-    fn enter(&self, path: &str) -> StreamLease {
+    fn enter(&self, path: &str) -> StreamHandle {
         self.registry.sweep_if_due();
-        Box::new(Lease { _ctx: self.registry.get(path) })
+        StreamHandle::new(path, self.registry.get(path))
     }
 
     /// Contexts in use (held by a lease, lock guard or subscription). Idle
@@ -282,5 +296,15 @@ mod tests {
         assert!(reg.peek("x").is_none(), "idle and unused: evicted");
         assert!(reg.peek("y").is_some(), "held: kept");
         drop(held);
+    }
+
+    #[test]
+    fn handles_reach_their_own_registry_context_only() {
+        let cfg = RegistryConfig { max_contexts: 100, idle_ttl: Duration::from_secs(3600) };
+        let (mine, other) = (Registry::new(cfg.clone()), Registry::new(cfg));
+        let handle = StreamHandle::new("a", mine.get("a"));
+        assert!(Arc::ptr_eq(&mine.context_of(&handle), &mine.get("a")));
+        assert!(!Arc::ptr_eq(&other.context_of(&handle), &mine.get("a")), "another instance looks up its own");
+        assert!(Arc::ptr_eq(&mine.context_of(&StreamHandle::detached("a")), &mine.get("a")));
     }
 }

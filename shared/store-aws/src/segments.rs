@@ -8,14 +8,14 @@
 //!   sees any mix of swapped and unswapped items reads the same stream.
 //! - The segment is written (`If-None-Match: *`) before any item points at
 //!   it; if the swap fails it is deleted (or, outcome unknown, left to the
-//!   sweeper), so it is never reachable half-made.
+//!   `cleanup::sweep_path`), so it is never reachable half-made.
 //! - Each swap is conditional on the item still being inline with the same
 //!   start (so a concurrent seal cannot double-swap), and on the stream's
 //!   meta still naming the same incarnation (a deleted stream's purge is not
 //!   undone: `Update` never re-creates a purged item, the condition fails).
 //!
 //! Appends are not blocked: sealing never touches the meta item's version.
-//! Wiring this to a trigger comes with the processor Lambda.
+//! Nothing triggers a seal yet: it runs when called (`AwsSubstrate::seal`).
 
 use aws_sdk_dynamodb::types::{ConditionCheck, ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update};
 use ds_core::StoreError;
@@ -59,72 +59,15 @@ pub struct SealReport {
 /// Seal the oldest run of inline chunks of the stream at `path` (see module docs).
 #[tracing::instrument(level = "info", skip(b, opts))]
 pub async fn seal(b: &Backend, path: &str, opts: SealOptions) -> Result<SealReport, StoreError> {
-    let ctx = b.registry.get(path);
-    let Some(meta) = crate::store::fetch_meta(b, &ctx).await? else {
+    let Some((incarnation, run)) = pick_sealable(b, path, &opts).await? else {
         return Ok(SealReport::default());
     };
-    let limit = meta.tail.saturating_sub(opts.keep_tail_bytes);
-    let own_start = meta.own_start();
-    if limit <= own_start {
-        return Ok(SealReport::default());
-    }
-    let items = crate::reader::chunk_items(b, path, &meta.incarnation, own_start, limit, usize::MAX).await?;
-    let run = pick_run(&items, limit, &opts);
-    if run.len() < opts.min_chunks.max(1) {
-        return Ok(SealReport::default());
-    }
-    let start = run[0].start;
-    let end = run[run.len() - 1].end;
-    let mut data = Vec::with_capacity(usize::try_from(end - start).unwrap_or(0));
-    for c in &run {
-        if let ChunkBody::Inline(d) = &c.body {
-            data.extend_from_slice(d);
-        }
-    }
-    let key = ObjectKey::Segment {
-        path: path.to_owned(),
-        incarnation: meta.incarnation.clone(),
-        start,
-        end,
-        nonce: uuid::Uuid::new_v4().simple().to_string(),
-    }
-    .render();
-    b.blobs.put_new(&key, bytes::Bytes::from(data), &b.faults).await?;
-
-    let mut tx = Vec::with_capacity(run.len() + 1);
-    let check = ConditionCheck::builder()
-        .table_name(&b.cfg.table)
-        .set_key(Some(codec::key_of(&ItemKey::Meta { path: path.to_owned() })))
-        .condition_expression("#inc = :inc")
-        .expression_attribute_names("#inc", meta_attr::INCARNATION)
-        .expression_attribute_values(":inc", s(&meta.incarnation))
-        .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-        .build()
-        .map_err(|e| StoreError::Backend(e.to_string()))?;
-    tx.push(TransactWriteItem::builder().condition_check(check).build());
-    for c in &run {
-        let key_item =
-            codec::key_of(&ItemKey::Chunk { path: path.to_owned(), incarnation: meta.incarnation.clone(), end: c.end });
-        let update = Update::builder()
-            .table_name(&b.cfg.table)
-            .set_key(Some(key_item))
-            .update_expression("SET #obj = :obj, #off = :off REMOVE #data")
-            .condition_expression("attribute_exists(#data) AND #start = :start")
-            .expression_attribute_names("#obj", chunk_attr::OBJECT)
-            .expression_attribute_names("#off", chunk_attr::OBJECT_OFFSET)
-            .expression_attribute_names("#data", chunk_attr::DATA)
-            .expression_attribute_names("#start", chunk_attr::START)
-            .expression_attribute_values(":obj", s(&key))
-            .expression_attribute_values(":off", n(c.start - start))
-            .expression_attribute_values(":start", n(c.start))
-            .build()
-            .map_err(|e| StoreError::Backend(e.to_string()))?;
-        tx.push(TransactWriteItem::builder().update(update).build());
-    }
+    let (start, end) = (run[0].start, run[run.len() - 1].end);
+    let key = write_segment(b, path, &incarnation, &run).await?;
     let result = b
         .ddb
         .transact_write_items()
-        .set_transact_items(Some(tx))
+        .set_transact_items(Some(swap_items(b, path, &incarnation, &run, &key)?))
         .client_request_token(uuid::Uuid::new_v4().to_string())
         .send()
         .await
@@ -134,9 +77,9 @@ pub async fn seal(b: &Backend, path: &str, opts: SealOptions) -> Result<SealRepo
             info!(path, chunks = run.len(), bytes = end - start, key, "sealed segment");
             Ok(SealReport { chunks: run.len(), bytes: end - start, range: Some((start, end)), segment_key: Some(key) })
         }
-        Err(CommitFailure::Ambiguous(m)) => {
-            Err(StoreError::Unavailable(format!("seal outcome unknown ({m}); segment {key} left to the sweeper")))
-        }
+        Err(CommitFailure::Ambiguous(m)) => Err(StoreError::Unavailable(format!(
+            "seal outcome unknown ({m}); segment {key} left to cleanup::sweep_path"
+        ))),
         Err(e) => {
             b.blobs.discard(std::slice::from_ref(&key)).await;
             match e {
@@ -146,6 +89,91 @@ pub async fn seal(b: &Backend, path: &str, opts: SealOptions) -> Result<SealRepo
             }
         }
     }
+}
+
+/// Step 1: the stream's incarnation and the run of chunks to seal, if one
+/// qualifies.
+async fn pick_sealable(
+    b: &Backend,
+    path: &str,
+    opts: &SealOptions,
+) -> Result<Option<(String, Vec<ChunkItem>)>, StoreError> {
+    let ctx = b.registry.get(path);
+    let Some(meta) = crate::store::fetch_meta(b, &ctx).await? else {
+        return Ok(None);
+    };
+    let limit = meta.tail.saturating_sub(opts.keep_tail_bytes);
+    let own_start = meta.own_start();
+    if limit <= own_start {
+        return Ok(None);
+    }
+    let items = crate::reader::chunk_items(b, path, &meta.incarnation, own_start, limit, usize::MAX).await?;
+    let run = pick_run(&items, limit, opts);
+    Ok((run.len() >= opts.min_chunks.max(1)).then_some((meta.incarnation, run)))
+}
+
+/// Step 2: write the run's bytes as one new segment object; returns its key.
+async fn write_segment(b: &Backend, path: &str, incarnation: &str, run: &[ChunkItem]) -> Result<String, StoreError> {
+    let (start, end) = (run[0].start, run[run.len() - 1].end);
+    let mut data = Vec::with_capacity(usize::try_from(end - start).unwrap_or(0));
+    for c in run {
+        if let ChunkBody::Inline(d) = &c.body {
+            data.extend_from_slice(d);
+        }
+    }
+    let key = ObjectKey::Segment {
+        path: path.to_owned(),
+        incarnation: incarnation.to_owned(),
+        start,
+        end,
+        nonce: uuid::Uuid::new_v4().simple().to_string(),
+    }
+    .render();
+    b.blobs.put_new(&key, bytes::Bytes::from(data)).await?;
+    Ok(key)
+}
+
+/// Step 3: the swap transaction: the meta still names the incarnation, and
+/// each chunk item, still inline at its start, now points into the segment.
+fn swap_items(
+    b: &Backend,
+    path: &str,
+    incarnation: &str,
+    run: &[ChunkItem],
+    key: &str,
+) -> Result<Vec<TransactWriteItem>, StoreError> {
+    let start = run[0].start;
+    let mut tx = Vec::with_capacity(run.len() + 1);
+    let check = ConditionCheck::builder()
+        .table_name(&b.cfg.table)
+        .set_key(Some(codec::key_of(&ItemKey::Meta { path: path.to_owned() })))
+        .condition_expression("#inc = :inc")
+        .expression_attribute_names("#inc", meta_attr::INCARNATION)
+        .expression_attribute_values(":inc", s(incarnation))
+        .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+        .build()
+        .map_err(|e| StoreError::Backend(e.to_string()))?;
+    tx.push(TransactWriteItem::builder().condition_check(check).build());
+    for c in run {
+        let key_item =
+            codec::key_of(&ItemKey::Chunk { path: path.to_owned(), incarnation: incarnation.to_owned(), end: c.end });
+        let update = Update::builder()
+            .table_name(&b.cfg.table)
+            .set_key(Some(key_item))
+            .update_expression("SET #obj = :obj, #off = :off REMOVE #data")
+            .condition_expression("attribute_exists(#data) AND #start = :start")
+            .expression_attribute_names("#obj", chunk_attr::OBJECT)
+            .expression_attribute_names("#off", chunk_attr::OBJECT_OFFSET)
+            .expression_attribute_names("#data", chunk_attr::DATA)
+            .expression_attribute_names("#start", chunk_attr::START)
+            .expression_attribute_values(":obj", s(key))
+            .expression_attribute_values(":off", n(c.start - start))
+            .expression_attribute_values(":start", n(c.start))
+            .build()
+            .map_err(|e| StoreError::Backend(e.to_string()))?;
+        tx.push(TransactWriteItem::builder().update(update).build());
+    }
+    Ok(tx)
 }
 
 /// The first run of consecutive inline chunks ending at or before `limit`,

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use ds_core::{Chunk, Commit, ProducerState, StoreError, StreamMeta, StreamStore};
+use ds_core::{Chunk, Commit, ProducerState, StoreError, StreamHandle, StreamMeta, StreamStore};
 use tracing::debug;
 
 use crate::backend::Backend;
@@ -63,6 +63,36 @@ impl AwsStore {
         fetch_meta(&self.b, ctx).await
     }
 
+    /// Consistent `GetItem` of one producer; refreshes the context's cache.
+    async fn read_producer_of(
+        &self,
+        ctx: &StreamCtx,
+        incarnation: &str,
+        producer_id: &str,
+    ) -> Result<Option<ProducerState>, StoreError> {
+        let key = ItemKey::Producer {
+            path: ctx.path.clone(),
+            incarnation: incarnation.to_owned(),
+            producer_id: producer_id.to_owned(),
+        };
+        let out = self
+            .b
+            .ddb
+            .get_item()
+            .table_name(&self.b.cfg.table)
+            .consistent_read(true)
+            .set_key(Some(codec::key_of(&key)))
+            .send()
+            .await
+            .map_err(classify)?;
+        let state = match out.item() {
+            None => None,
+            Some(item) => Some(codec::producer_from_item(item)?),
+        };
+        ctx.remember_producer(incarnation, producer_id, state);
+        Ok(state)
+    }
+
     fn usable_cache(&self, ctx: &StreamCtx) -> Option<StreamMeta> {
         let cached = ctx.cached()?;
         (cached.confirmed_at.elapsed() <= CACHE_TRUST).then_some(cached.meta)
@@ -82,15 +112,15 @@ impl AwsStore {
 
 #[async_trait]
 impl StreamStore for AwsStore {
-    #[tracing::instrument(level = "debug", skip(self))]
-    async fn read_meta(&self, path: &str) -> Result<Option<StreamMeta>, StoreError> {
-        let ctx = self.b.registry.get(path);
+    #[tracing::instrument(level = "debug", skip(self, stream), fields(path = stream.path()))]
+    async fn read_meta(&self, stream: &StreamHandle) -> Result<Option<StreamMeta>, StoreError> {
+        let ctx = self.b.registry.context_of(stream);
         self.fetch_meta(&ctx).await
     }
 
-    #[tracing::instrument(level = "debug", skip(self))]
-    async fn read_meta_for_update(&self, path: &str) -> Result<Option<StreamMeta>, StoreError> {
-        let ctx = self.b.registry.get(path);
+    #[tracing::instrument(level = "debug", skip(self, stream), fields(path = stream.path()))]
+    async fn read_meta_for_update(&self, stream: &StreamHandle) -> Result<Option<StreamMeta>, StoreError> {
+        let ctx = self.b.registry.context_of(stream);
         if let Some(meta) = self.usable_cache(&ctx) {
             debug!("meta for update served from the context cache");
             return Ok(Some(meta));
@@ -98,61 +128,42 @@ impl StreamStore for AwsStore {
         self.fetch_meta(&ctx).await
     }
 
-    #[tracing::instrument(level = "debug", skip(self))]
+    #[tracing::instrument(level = "debug", skip(self, stream), fields(path = stream.path()))]
     async fn read_producer_for_update(
         &self,
-        path: &str,
+        stream: &StreamHandle,
         incarnation: &str,
         producer_id: &str,
     ) -> Result<Option<ProducerState>, StoreError> {
-        let ctx = self.b.registry.get(path);
+        let ctx = self.b.registry.context_of(stream);
         if let Some(state) = ctx.cached_producer(incarnation, producer_id) {
             return Ok(state);
         }
-        self.read_producer(path, incarnation, producer_id).await
+        self.read_producer_of(&ctx, incarnation, producer_id).await
     }
 
-    #[tracing::instrument(level = "debug", skip(self))]
+    #[tracing::instrument(level = "debug", skip(self, stream), fields(path = stream.path()))]
     async fn read_chunks(
         &self,
-        path: &str,
+        stream: &StreamHandle,
         incarnation: &str,
         from: u64,
         until: u64,
         max_bytes: usize,
     ) -> Result<Vec<Chunk>, StoreError> {
-        crate::reader::read_chunks(&self.b, path, incarnation, from, until, max_bytes).await
+        crate::reader::read_chunks(&self.b, stream.path(), incarnation, from, until, max_bytes).await
     }
 
     /// Consistent read; refreshes the context's producer cache.
-    #[tracing::instrument(level = "debug", skip(self))]
+    #[tracing::instrument(level = "debug", skip(self, stream), fields(path = stream.path()))]
     async fn read_producer(
         &self,
-        path: &str,
+        stream: &StreamHandle,
         incarnation: &str,
         producer_id: &str,
     ) -> Result<Option<ProducerState>, StoreError> {
-        let key = ItemKey::Producer {
-            path: path.to_owned(),
-            incarnation: incarnation.to_owned(),
-            producer_id: producer_id.to_owned(),
-        };
-        let out = self
-            .b
-            .ddb
-            .get_item()
-            .table_name(&self.b.cfg.table)
-            .consistent_read(true)
-            .set_key(Some(codec::key_of(&key)))
-            .send()
-            .await
-            .map_err(classify)?;
-        let state = match out.item() {
-            None => None,
-            Some(item) => Some(codec::producer_from_item(item)?),
-        };
-        self.b.registry.get(path).remember_producer(incarnation, producer_id, state);
-        Ok(state)
+        let ctx = self.b.registry.context_of(stream);
+        self.read_producer_of(&ctx, incarnation, producer_id).await
     }
 
     async fn commit(&self, commit: Commit) -> Result<(), StoreError> {
@@ -163,9 +174,9 @@ impl StreamStore for AwsStore {
     /// `touched_at_ms` within the touch interval of `at_ms`. Otherwise one
     /// conditional `UpdateItem` that only moves `touched_at_ms` forward, for
     /// the same incarnation, and moves the TTL backstop with it.
-    #[tracing::instrument(level = "debug", skip(self))]
-    async fn touch(&self, path: &str, incarnation: &str, at_ms: i64) -> Result<(), StoreError> {
-        let ctx = self.b.registry.get(path);
+    #[tracing::instrument(level = "debug", skip(self, stream), fields(path = stream.path()))]
+    async fn touch(&self, stream: &StreamHandle, incarnation: &str, at_ms: i64) -> Result<(), StoreError> {
+        let ctx = self.b.registry.context_of(stream);
         for attempt in 0..2 {
             let cached = match ctx.cached() {
                 Some(c) => c.meta,
@@ -193,7 +204,7 @@ impl StreamStore for AwsStore {
                 .ddb
                 .update_item()
                 .table_name(&self.b.cfg.table)
-                .set_key(Some(codec::key_of(&ItemKey::Meta { path: path.to_owned() })))
+                .set_key(Some(codec::key_of(&ItemKey::Meta { path: ctx.path.clone() })))
                 .expression_attribute_names("#inc", m::INCARNATION)
                 .expression_attribute_names("#t", m::TOUCHED)
                 .expression_attribute_names("#ttl", TTL_ATTR)
@@ -226,12 +237,12 @@ impl StreamStore for AwsStore {
         Ok(())
     }
 
-    /// Scans the meta items (sweeps only, never on a request path) and pages
-    /// in byte-wise path order.
     fn max_read_bytes(&self) -> Option<usize> {
         Some(crate::MAX_READ_BYTES)
     }
 
+    /// Scans the meta items (sweeps only, never on a request path) and pages
+    /// in byte-wise path order.
     async fn list_streams(&self, after: Option<&str>, limit: usize) -> Result<Vec<StreamMeta>, StoreError> {
         if limit == 0 {
             return Ok(Vec::new());

@@ -10,45 +10,20 @@
 //!   DynamoDB `Query` page (1 MB of items); see the report for 1 MiB;
 //! - 1 MiB append: exactly 1 S3 `PutObject` + 1 DynamoDB `TransactWriteItems`.
 
-mod common;
-
 use bytes::Bytes;
-use common::{count, total, AwsFactory, CallCounter, Calls};
-use ds_core::{AppendRequest, CreateRequest, LiveMode, ReadRequest, StreamService};
+use ds_core::contract::fixtures::{
+    append_request as append_req, create_request as create_req, read_request as read_req,
+};
+use ds_core::{LiveMode, ReadRequest, StreamService};
 use ds_protocol::headers::Lifetime;
 use ds_protocol::ReadOffset;
-
-fn create_req(path: &str) -> CreateRequest {
-    CreateRequest {
-        path: path.to_owned(),
-        content_type: Some("application/octet-stream".into()),
-        lifetime: Lifetime::default(),
-        closed: false,
-        body: Bytes::new(),
-        fork: None,
-    }
-}
-
-fn append_req(path: &str, body: Bytes) -> AppendRequest {
-    AppendRequest {
-        path: path.to_owned(),
-        content_type: Some("application/octet-stream".into()),
-        body,
-        close: false,
-        seq: None,
-        producer: None,
-    }
-}
+use ds_store_aws::test_util::{count, total, AwsFactory, CallCounter, Calls};
 
 /// The same substrate with another long-poll timeout.
 fn svc_with_timeout(svc: &StreamService, ms: u64) -> StreamService {
     let cfg =
         ds_core::ServiceConfig { long_poll_timeout: std::time::Duration::from_millis(ms), ..svc.config().clone() };
     StreamService::new(svc.substrate().clone(), cfg)
-}
-
-fn read_req(path: &str) -> ReadRequest {
-    ReadRequest { path: path.to_owned(), offset: Some(ReadOffset::Beginning), live: LiveMode::None }
 }
 
 struct Row {
@@ -198,23 +173,28 @@ async fn calls_per_operation() {
     let all = total(&calls, "dynamodb") + total(&calls, "s3");
     assert!(all <= 2, "catch-up read calls: {calls:?}");
 
-    // A full 1 MiB of inline chunks crosses DynamoDB's 1 MB Query page.
+    // A full 1 MiB of inline chunks would cross DynamoDB's 1 MB Query page:
+    // the store's read budget (`MAX_READ_BYTES`, applied by the service)
+    // splits it into responses of at most 900 KiB, each within one page.
     let mib_path = format!("calls/read-mib-{}", uuid::Uuid::new_v4());
     svc.create(create_req(&mib_path)).await.expect("create");
     for i in 0..32 {
         svc.append(append_req(&mib_path, Bytes::from(vec![b'0' + (i % 10) as u8; 32 * 1024]))).await.expect("append");
     }
-    let (read, _) = measure(
+    let (read, calls) = measure(
         &counter,
         &mut rows,
-        "catch-up read of 1 MiB inline chunks",
+        "catch-up read of 1 MiB inline chunks (first response)",
         op(&svc, {
             let p = mib_path.clone();
             move |svc| async move { svc.read(read_req(&p)).await }
         }),
     )
     .await;
-    assert_eq!(read.expect("read").body.len(), 1024 * 1024);
+    let read = read.expect("read");
+    assert_eq!(read.body.len(), ds_store_aws::MAX_READ_BYTES, "the service clamps to the store's budget");
+    assert!(!read.up_to_date, "more remains");
+    assert!(total(&calls, "dynamodb") + total(&calls, "s3") <= 2, "within one Query page: {calls:?}");
 
     // 1 MiB append: one S3 put, one transaction.
     let (big, calls) = measure(

@@ -2,46 +2,16 @@
 //! condition failures (a real competing writer), S3 errors, throttling and
 //! lost acknowledgements, through the core's append path.
 
-mod common;
-
 use bytes::Bytes;
-use common::AwsFactory;
-use ds_core::{
-    AppendRequest, CreateRequest, LiveMode, ReadRequest, ServiceConfig, ServiceError, StoreError, StreamService,
-};
-use ds_protocol::headers::Lifetime;
-use ds_protocol::ReadOffset;
+use ds_core::contract::fixtures::{append_request as append_req, create_request as create_req, read_request};
+use ds_core::{ServiceConfig, ServiceError, StoreError, StreamService};
+use ds_store_aws::test_util::AwsFactory;
 use ds_store_aws::{AwsSubstrate, Fault, FaultPoint};
 
 const BIG: usize = 100 * 1024; // above the inline threshold: goes through S3
 
-fn create_req(path: &str) -> CreateRequest {
-    CreateRequest {
-        path: path.to_owned(),
-        content_type: Some("application/octet-stream".into()),
-        lifetime: Lifetime::default(),
-        closed: false,
-        body: Bytes::new(),
-        fork: None,
-    }
-}
-
-fn append_req(path: &str, body: Bytes) -> AppendRequest {
-    AppendRequest {
-        path: path.to_owned(),
-        content_type: Some("application/octet-stream".into()),
-        body,
-        close: false,
-        seq: None,
-        producer: None,
-    }
-}
-
 async fn read_all(svc: &StreamService, path: &str) -> (Bytes, u64) {
-    let out = svc
-        .read(ReadRequest { path: path.to_owned(), offset: Some(ReadOffset::Beginning), live: LiveMode::None })
-        .await
-        .expect("read");
+    let out = svc.read(read_request(path)).await.expect("read");
     (out.body, out.meta.tail)
 }
 
@@ -117,10 +87,7 @@ async fn s3_failure_fails_the_append_before_any_commit() {
     // A failing ranged GET fails the read; it never returns partial data.
     svc.append(append_req(&path, Bytes::from(vec![b'y'; BIG]))).await.expect("append");
     aws.inject_fault(FaultPoint::S3Get, Fault::Throttle, 1);
-    let err = svc
-        .read(ReadRequest { path: path.clone(), offset: Some(ReadOffset::Beginning), live: LiveMode::None })
-        .await
-        .expect_err("GET failed");
+    let err = svc.read(read_request(&path)).await.expect_err("GET failed");
     assert!(matches!(err, ServiceError::Store(StoreError::Unavailable(_))), "{err:?}");
     assert_eq!(read_all(&svc, &path).await.0, Bytes::from(vec![b'y'; BIG]));
 }

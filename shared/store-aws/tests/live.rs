@@ -2,15 +2,13 @@
 //! long-poll on one instance for an append made on another, a same-instance
 //! append wakes at once, and an expired stream reads as gone before any alarm.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use common::AwsFactory;
 use ds_core::{AppendRequest, CreateRequest, LiveMode, ReadRequest, ServiceConfig, ServiceError, StreamService};
 use ds_protocol::headers::Lifetime;
 use ds_protocol::{Offset, ReadOffset};
+use ds_store_aws::test_util::AwsFactory;
 
 fn create_req(path: &str, lifetime: Lifetime) -> CreateRequest {
     CreateRequest {

@@ -3,13 +3,11 @@
 //! disturbed, a failed seal leaves the stream as it was, and the sweeper
 //! removes orphaned objects but never referenced ones.
 
-mod common;
-
 use bytes::Bytes;
-use common::AwsFactory;
 use ds_core::contract::fixtures::{append, create, now_ms, read_all, unique_path};
-use ds_core::{Commit, Op};
+use ds_core::{Commit, Op, StreamHandle};
 use ds_store_aws::segments::SealOptions;
+use ds_store_aws::test_util::AwsFactory;
 use ds_store_aws::{Fault, FaultPoint};
 
 fn piece(i: usize) -> Bytes {
@@ -47,11 +45,19 @@ async fn sealed_segments_read_back_identically() {
     for sub in [&s, &other] {
         let after = read_all(sub, &path, &meta.incarnation, tail).await;
         assert_eq!(after, before, "sealing never changes what is read");
-        let whole = sub.store.read_chunks(&path, &meta.incarnation, 0, tail, usize::MAX).await.expect("read");
+        let whole = sub
+            .store
+            .read_chunks(&StreamHandle::detached(&path), &meta.incarnation, 0, tail, usize::MAX)
+            .await
+            .expect("read");
         let bytes: Vec<u8> = whole.iter().flat_map(|c| c.data.to_vec()).collect();
         assert_eq!(bytes, expected);
         // Reads starting inside the sealed range, across its end.
-        let mid = sub.store.read_chunks(&path, &meta.incarnation, end - 3, end + 3, usize::MAX).await.expect("read");
+        let mid = sub
+            .store
+            .read_chunks(&StreamHandle::detached(&path), &meta.incarnation, end - 3, end + 3, usize::MAX)
+            .await
+            .expect("read");
         assert!(mid.first().is_some_and(|c| c.start <= end - 3));
     }
 
@@ -78,7 +84,7 @@ async fn failed_seal_changes_nothing_and_leaves_no_segment() {
     for i in 0..10 {
         append(&s, &path, piece(i), None).await;
     }
-    let m = s.store.read_meta(&path).await.expect("read").expect("exists");
+    let m = s.store.read_meta(&StreamHandle::detached(&path)).await.expect("read").expect("exists");
     let before = read_all(&s, &path, &meta.incarnation, m.tail).await;
     aws.inject_fault(FaultPoint::S3Put, Fault::Throttle, 1);
     assert!(aws.seal(&path, opts()).await.is_err(), "the segment put failed");
@@ -96,7 +102,12 @@ async fn failed_seal_changes_nothing_and_leaves_no_segment() {
     s.store.commit(gone).await.expect("delete");
     let report = aws.seal(&path, opts()).await.expect("seal of a deleted stream");
     assert_eq!(report.chunks, 0);
-    assert!(s.store.read_chunks(&path, &meta.incarnation, 0, m.tail, usize::MAX).await.expect("read").is_empty());
+    assert!(s
+        .store
+        .read_chunks(&StreamHandle::detached(&path), &meta.incarnation, 0, m.tail, usize::MAX)
+        .await
+        .expect("read")
+        .is_empty());
     let swept = aws.sweep(&path, 0, now_ms()).await.expect("sweep");
     assert_eq!(swept.objects_deleted, 0, "no segment was left behind: {swept:?}");
 }
@@ -166,7 +177,8 @@ async fn sweeper_removes_orphans_only() {
         .expect("put dead object");
     let swept = aws.sweep(&path, 3_600_000, now_ms()).await.expect("sweep");
     assert_eq!(swept, ds_store_aws::cleanup::SweepReport { items_deleted: 1, objects_deleted: 1 });
-    let dead = s.store.read_chunks(&path, "dead-incarnation", 0, 10, usize::MAX).await.expect("read");
+    let dead =
+        s.store.read_chunks(&StreamHandle::detached(&path), "dead-incarnation", 0, 10, usize::MAX).await.expect("read");
     assert!(dead.is_empty());
     let live = read_all(&s, &path, &meta.incarnation, 64 * 1024).await;
     assert_eq!(live.len(), 1, "the live incarnation is untouched");

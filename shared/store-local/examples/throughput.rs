@@ -14,9 +14,9 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use ds_core::contract::fixtures::{append, create};
-use ds_core::{StreamStore, Substrate};
+use ds_core::{StreamHandle, StreamStore, Substrate};
+use ds_inproc::in_process_substrate;
 use ds_store_local::LocalStore;
-use ds_store_memory::in_process_substrate;
 use rand::Rng;
 
 const APPEND: usize = 100;
@@ -74,7 +74,7 @@ async fn commits_per_sec(
 
 /// `readers` tasks reading up to 64 KiB from random positions for `secs`.
 async fn reads_per_sec(store: &Arc<LocalStore>, path: &str, readers: usize, secs: f64) -> (f64, f64) {
-    let meta = store.read_meta(path).await.unwrap().unwrap();
+    let meta = store.read_meta(&StreamHandle::detached(path)).await.unwrap().unwrap();
     let (ops, bytes) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
     let start = Instant::now();
     let mut tasks = Vec::new();
@@ -83,7 +83,10 @@ async fn reads_per_sec(store: &Arc<LocalStore>, path: &str, readers: usize, secs
         tasks.push(tokio::spawn(async move {
             while start.elapsed().as_secs_f64() < secs {
                 let from = rand::thread_rng().gen_range(0..meta.tail);
-                let chunks = store.read_chunks(&meta.path, &meta.incarnation, from, meta.tail, 64 << 10).await.unwrap();
+                let chunks = store
+                    .read_chunks(&StreamHandle::detached(&meta.path), &meta.incarnation, from, meta.tail, 64 << 10)
+                    .await
+                    .unwrap();
                 ops.fetch_add(1, Ordering::Relaxed);
                 bytes.fetch_add(chunks.iter().map(|c| c.data.len() as u64).sum(), Ordering::Relaxed);
             }
@@ -135,7 +138,7 @@ async fn main() {
     let start = Instant::now();
     let mut n = 0u64;
     while start.elapsed() < Duration::from_secs_f64(secs) {
-        store.read_meta(&path).await.unwrap();
+        store.read_meta(&StreamHandle::detached(&path)).await.unwrap();
         n += 1;
     }
     println!("read_meta, 1 reader: {:.0}/s", n as f64 / start.elapsed().as_secs_f64());

@@ -4,13 +4,13 @@
 //!   `kill -9`: when `commit` returns `Ok`, the commit is fsync'd. Opening the
 //!   directory after a crash recovers to the last durable commit.
 //! - [`local_substrate`]: the store plus the in-process services of
-//!   `ds-store-memory` (per-stream lock, hub, timer scheduler, registry).
+//!   `ds-inproc` (per-stream lock, hub, timer scheduler, registry).
 //!
 //! # Design
 //! - **Group commit** (module `writer`): one writer thread owns all write
 //!   transactions. It drains every commit queued while the previous batch was
 //!   syncing, checks each commit's preconditions in order against the
-//!   in-transaction state (the rules of `ds_store_memory::precheck`), applies
+//!   in-transaction state (the rules of `ds_core::fold`), applies
 //!   those that hold, answers the others `Conflict` (they write nothing and do
 //!   not affect the batch), commits the transaction with ONE fsync and then
 //!   acknowledges each commit.
@@ -67,9 +67,9 @@ pub use store::{LocalStore, DB_FILE};
 pub use writer::WriterStats;
 
 /// The local substrate over the store in `dir` (created if missing), with the
-/// in-process services of `ds-store-memory`; expiry alarms arrive on the
-/// returned receiver.
+/// in-process services of `ds-inproc`; expiry alarms arrive on the returned
+/// receiver.
 pub fn local_substrate(dir: &Path) -> Result<(Substrate, UnboundedReceiver<ExpiryDue>), OpenError> {
     let store = LocalStore::open(dir)?;
-    Ok(ds_store_memory::in_process_substrate(Arc::new(store)))
+    Ok(ds_inproc::in_process_substrate(Arc::new(store)))
 }

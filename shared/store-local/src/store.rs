@@ -11,7 +11,8 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use async_trait::async_trait;
-use ds_core::{Chunk, Commit, PendingCommit, ProducerState, StoreError, StreamMeta, StreamStore};
+use ds_core::fold::NetWrites;
+use ds_core::{Chunk, Commit, PendingCommit, ProducerState, StoreError, StreamHandle, StreamMeta, StreamStore};
 use redb::{Database, ReadTransaction, ReadableDatabase};
 use tokio::sync::oneshot;
 
@@ -99,10 +100,10 @@ impl Drop for LocalStore {
 
 #[async_trait]
 impl StreamStore for LocalStore {
-    async fn read_meta(&self, path: &str) -> Result<Option<StreamMeta>, StoreError> {
+    async fn read_meta(&self, stream: &StreamHandle) -> Result<Option<StreamMeta>, StoreError> {
         // Overlay first, then the read transaction (see `touch` module docs).
-        let touch = self.touches.get(path);
-        let owned = path.to_owned();
+        let touch = self.touches.get(stream.path());
+        let owned = stream.path().to_owned();
         let mut meta = self.read(move |txn| tables::get_meta(&txn.open_table(META).map_err(storage)?, &owned)).await?;
         if let (Some(meta), Some(touch)) = (meta.as_mut(), touch) {
             touch.apply_to(meta);
@@ -112,13 +113,13 @@ impl StreamStore for LocalStore {
 
     async fn read_chunks(
         &self,
-        path: &str,
+        stream: &StreamHandle,
         incarnation: &str,
         from: u64,
         until: u64,
         max_bytes: usize,
     ) -> Result<Vec<Chunk>, StoreError> {
-        let (path, incarnation) = (path.to_owned(), incarnation.to_owned());
+        let (path, incarnation) = (stream.path().to_owned(), incarnation.to_owned());
         self.read(move |txn| {
             let table = txn.open_table(CHUNKS).map_err(storage)?;
             tables::read_chunks(&table, &path, &incarnation, from, until, max_bytes)
@@ -128,11 +129,11 @@ impl StreamStore for LocalStore {
 
     async fn read_producer(
         &self,
-        path: &str,
+        stream: &StreamHandle,
         incarnation: &str,
         producer_id: &str,
     ) -> Result<Option<ProducerState>, StoreError> {
-        let key = (path.to_owned(), incarnation.to_owned(), producer_id.to_owned());
+        let key = (stream.path().to_owned(), incarnation.to_owned(), producer_id.to_owned());
         self.read(move |txn| {
             let table = txn.open_table(PRODUCERS).map_err(storage)?;
             tables::get_producer(&table, &key.0, &key.1, &key.2)
@@ -144,12 +145,15 @@ impl StreamStore for LocalStore {
         self.submit(commit).await?.await
     }
 
-    /// Enqueue on the writer and return at once: the writer applies jobs in
-    /// channel order, so pipelined commits of one stream land in one batch.
+    /// Fold the commit here (a commit that contradicts itself fails without
+    /// reaching the writer), enqueue its net writes on the writer and return
+    /// at once: the writer applies jobs in channel order, so pipelined
+    /// commits of one stream land in one batch.
     async fn submit(&self, commit: Commit) -> Result<PendingCommit, StoreError> {
+        let writes = NetWrites::fold(&commit)?;
         let (ack, outcome) = oneshot::channel();
         let jobs = self.jobs.as_ref().ok_or_else(|| StoreError::Unavailable("local store is closing".into()))?;
-        jobs.send(Job { commit, ack }).map_err(|_| StoreError::Unavailable("local store writer has stopped".into()))?;
+        jobs.send(Job { writes, ack }).map_err(|_| StoreError::Unavailable("local store writer has stopped".into()))?;
         Ok(Box::pin(async move {
             outcome.await.map_err(|_| {
                 StoreError::Backend("local store writer stopped before acknowledging (outcome unknown)".into())
@@ -157,8 +161,8 @@ impl StreamStore for LocalStore {
         }))
     }
 
-    async fn touch(&self, path: &str, incarnation: &str, at_ms: i64) -> Result<(), StoreError> {
-        self.touches.record(path, incarnation, at_ms);
+    async fn touch(&self, stream: &StreamHandle, incarnation: &str, at_ms: i64) -> Result<(), StoreError> {
+        self.touches.record(stream.path(), incarnation, at_ms);
         Ok(())
     }
 

@@ -9,8 +9,8 @@
 use std::ops::Bound;
 
 use bytes::BytesMut;
-use ds_core::{Chunk, Commit, Op, ProducerState, StoreError, StreamMeta};
-use ds_store_memory::precheck::StateView;
+use ds_core::fold::{MetaEffect, NetWrites, StateView};
+use ds_core::{Chunk, ProducerState, StoreError, StreamMeta};
 use redb::{ReadableTable, Table, TableDefinition, WriteTransaction};
 
 use crate::codec::{decode_meta, encode_meta};
@@ -132,33 +132,37 @@ impl<'txn> WriteTables<'txn> {
         })
     }
 
-    /// Apply every op of a commit whose preconditions were checked. An error
-    /// leaves the transaction half-applied: the caller must abort it.
-    pub(crate) fn apply(&mut self, commit: &Commit) -> Result<(), StoreError> {
-        for op in &commit.ops {
-            match op {
-                Op::PutMeta { meta, .. } => {
-                    self.meta.insert(meta.path.as_str(), encode_meta(meta)?.as_slice()).map_err(storage)?;
+    /// Apply net writes whose preconditions were checked (wipes first, see
+    /// [`NetWrites`]). An error leaves the transaction half-applied: the
+    /// caller must abort it.
+    pub(crate) fn apply(&mut self, writes: &NetWrites) -> Result<(), StoreError> {
+        for (path, incarnation) in &writes.wiped {
+            self.wipe(path, incarnation)?;
+        }
+        for m in &writes.metas {
+            match &m.effect {
+                MetaEffect::Put(meta) => {
+                    self.meta.insert(m.path.as_str(), encode_meta(meta)?.as_slice()).map_err(storage)?;
                 }
-                // Empty chunks hold no bytes and would shadow a real chunk at
-                // the same start, so they are not stored.
-                Op::PutChunk { chunk, .. } if chunk.data.is_empty() => {}
-                Op::PutChunk { path, incarnation, chunk } => {
-                    let key = (path.as_str(), incarnation.as_str(), chunk.start);
-                    self.chunks.insert(key, chunk.data.as_ref()).map_err(storage)?;
+                MetaEffect::Delete => {
+                    self.meta.remove(m.path.as_str()).map_err(storage)?;
                 }
-                Op::PutProducer { path, incarnation, producer_id, state } => {
-                    let key = (path.as_str(), incarnation.as_str(), producer_id.as_str());
-                    self.producers.insert(key, (state.epoch, state.last_seq)).map_err(storage)?;
-                }
-                Op::DeleteStream { path, incarnation, .. } => self.delete_stream(path, incarnation)?,
+                MetaEffect::CheckOnly => {}
             }
+        }
+        for c in &writes.chunks {
+            let key = (c.path.as_str(), c.incarnation.as_str(), c.start);
+            self.chunks.insert(key, c.data.as_ref()).map_err(storage)?;
+        }
+        for p in &writes.producers {
+            let key = (p.path.as_str(), p.incarnation.as_str(), p.producer_id.as_str());
+            self.producers.insert(key, (p.state.epoch, p.state.last_seq)).map_err(storage)?;
         }
         Ok(())
     }
 
-    fn delete_stream(&mut self, path: &str, incarnation: &str) -> Result<(), StoreError> {
-        self.meta.remove(path).map_err(storage)?;
+    /// Remove every chunk and producer state of `(path, incarnation)`.
+    fn wipe(&mut self, path: &str, incarnation: &str) -> Result<(), StoreError> {
         self.chunks.retain_in((path, incarnation, 0)..=(path, incarnation, u64::MAX), |_, _| false).map_err(storage)?;
         // Producer ids have no upper bound key: collect this incarnation's ids
         // (a handful per stream), then remove them.

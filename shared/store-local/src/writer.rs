@@ -4,8 +4,9 @@
 //! It blocks for the first pending commit, then drains whatever else queued up
 //! meanwhile (bounded by [`MAX_BATCH_COMMITS`] / [`MAX_BATCH_BYTES`]) and runs
 //! the whole batch in ONE redb write transaction with one fsync:
-//! 1. each commit's preconditions are checked, in arrival order, against the
-//!    transaction's state (so they see the earlier commits of the batch);
+//! 1. each commit's net writes ([`ds_core::fold`]) are checked, in arrival
+//!    order, against the transaction's state (so they see the earlier commits
+//!    of the batch);
 //! 2. commits that hold are applied, the others are answered `Conflict` and
 //!    write nothing — a failed commit never affects its neighbours;
 //! 3. the transaction commits durably (`Durability::Immediate`), and only then
@@ -21,8 +22,8 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ds_core::{Commit, Op, StoreError};
-use ds_store_memory::precheck::check_commit;
+use ds_core::fold::NetWrites;
+use ds_core::StoreError;
 use redb::{Database, Durability};
 use tokio::sync::oneshot;
 
@@ -62,21 +63,11 @@ impl Counters {
     }
 }
 
-/// One commit waiting for the writer, and where to send its outcome.
+/// One commit (folded into its net writes) waiting for the writer, and
+/// where to send its outcome.
 pub(crate) struct Job {
-    pub commit: Commit,
+    pub writes: NetWrites,
     pub ack: oneshot::Sender<Result<(), StoreError>>,
-}
-
-fn chunk_bytes(commit: &Commit) -> usize {
-    commit
-        .ops
-        .iter()
-        .map(|op| match op {
-            Op::PutChunk { chunk, .. } => chunk.data.len(),
-            _ => 0,
-        })
-        .sum()
 }
 
 /// The writer thread body: runs until every sender is gone, then flushes the
@@ -95,12 +86,12 @@ pub(crate) fn run(db: Arc<Database>, jobs: Receiver<Job>, touches: Arc<TouchOver
             }
             Err(RecvTimeoutError::Disconnected) => break,
         };
-        let mut bytes = chunk_bytes(&first.commit);
+        let mut bytes = first.writes.chunk_bytes();
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH_COMMITS && bytes < MAX_BATCH_BYTES {
             match jobs.try_recv() {
                 Ok(job) => {
-                    bytes += chunk_bytes(&job.commit);
+                    bytes += job.writes.chunk_bytes();
                     batch.push(job);
                 }
                 Err(_) => break,
@@ -111,7 +102,7 @@ pub(crate) fn run(db: Arc<Database>, jobs: Receiver<Job>, touches: Arc<TouchOver
         if flush {
             last_flush = Instant::now();
         }
-        let commits = batch.iter().map(|j| &j.commit).collect();
+        let commits = batch.iter().map(|j| &j.writes).collect();
         let outcomes = write_batch(&db, commits, flush.then_some(&*touches), &counters);
         for (job, outcome) in batch.into_iter().zip(outcomes) {
             // The committer may have given up waiting; the outcome stands anyway.
@@ -127,7 +118,7 @@ pub(crate) fn run(db: Arc<Database>, jobs: Receiver<Job>, touches: Arc<TouchOver
 /// transaction. Returns one outcome per commit, in order.
 fn write_batch(
     db: &Database,
-    commits: Vec<&Commit>,
+    commits: Vec<&NetWrites>,
     touches: Option<&TouchOverlay>,
     counters: &Counters,
 ) -> Vec<Result<(), StoreError>> {
@@ -152,7 +143,7 @@ fn write_batch(
 
 fn try_write_batch(
     db: &Database,
-    commits: &[&Commit],
+    commits: &[&NetWrites],
     touches: &[(String, Touch)],
 ) -> Result<(Vec<Result<(), StoreError>>, bool), StoreError> {
     let mut txn = db.begin_write().map_err(storage)?;
@@ -161,12 +152,12 @@ fn try_write_batch(
     let mut wrote = false;
     {
         let mut tables = WriteTables::open(&txn)?;
-        for commit in commits {
-            match check_commit(commit, &tables) {
+        for writes in commits {
+            match writes.check(&tables) {
                 Ok(()) => {
                     // An error here leaves the transaction half-applied; it is
                     // dropped (aborted) by the `?`, so nothing of the batch lands.
-                    tables.apply(commit)?;
+                    tables.apply(writes)?;
                     wrote = true;
                     outcomes.push(Ok(()));
                 }

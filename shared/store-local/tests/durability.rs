@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use ds_core::contract::fixtures::{append, assert_tiles, create, new_meta, read_all};
-use ds_core::{Commit, Expect, Op, ProducerState, StoreError, StreamStore, Substrate};
+use ds_core::{Commit, Expect, Op, ProducerState, StoreError, StreamHandle, StreamStore, Substrate};
 use ds_store_local::{local_substrate, LocalStore, DB_FILE};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -24,14 +24,17 @@ async fn acked_commit_survives_drop_without_shutdown() {
         let meta = create(&s, "drop/stream").await;
         let done = append(&s, "drop/stream", Bytes::from_static(b"acknowledged"), None).await;
         // A touch is only in memory until the next flush; dropping keeps it too.
-        s.store.touch("drop/stream", &meta.incarnation, done.meta.touched_at_ms + 60_000).await.unwrap();
-        let touched = s.store.read_meta("drop/stream").await.unwrap().unwrap().touched_at_ms;
+        s.store
+            .touch(&StreamHandle::detached("drop/stream"), &meta.incarnation, done.meta.touched_at_ms + 60_000)
+            .await
+            .unwrap();
+        let touched = s.store.read_meta(&StreamHandle::detached("drop/stream")).await.unwrap().unwrap().touched_at_ms;
         assert_eq!(touched, done.meta.touched_at_ms + 60_000, "touch is visible at once");
         (meta.path, done.meta, touched)
         // `s` is dropped here: no close or flush call.
     };
     let (s, _due) = local_substrate(dir.path()).unwrap();
-    let meta = s.store.read_meta(&path).await.unwrap().unwrap();
+    let meta = s.store.read_meta(&StreamHandle::detached(&path)).await.unwrap().unwrap();
     assert_eq!(meta.tail, acked.tail);
     assert_eq!(meta.version, acked.version);
     assert_eq!(meta.touched_at_ms, touched, "pending touches are flushed when the store is dropped");
@@ -68,7 +71,7 @@ async fn concurrent_commits_share_syncs_and_failures_stay_isolated() {
     }
     assert_eq!(contended_wins, 1, "exactly one create of the contended path wins");
     for i in (0..128).step_by(2) {
-        assert!(store.read_meta(&format!("group/{i}")).await.unwrap().is_some());
+        assert!(store.read_meta(&StreamHandle::detached(&format!("group/{i}"))).await.unwrap().is_some());
     }
     let after = store.stats();
     assert_eq!(after.commits - before.commits, 128);
@@ -95,7 +98,7 @@ async fn corrupt_meta_record_is_a_backend_error() {
     }
     let store = LocalStore::open(dir.path()).unwrap();
     for path in ["bad/json", "bad/format", "bad/empty"] {
-        let read = store.read_meta(path).await;
+        let read = store.read_meta(&StreamHandle::detached(path)).await;
         assert!(matches!(read, Err(StoreError::Backend(_))), "{path}: {read:?}");
         let mut next = new_meta(path);
         next.version = 1;
@@ -106,7 +109,7 @@ async fn corrupt_meta_record_is_a_backend_error() {
     // The store stays usable for healthy records.
     let good = new_meta("good");
     store.commit(Commit { ops: vec![Op::PutMeta { meta: good.clone(), expect: Expect::Absent }] }).await.unwrap();
-    assert_eq!(store.read_meta("good").await.unwrap(), Some(good));
+    assert_eq!(store.read_meta(&StreamHandle::detached("good")).await.unwrap(), Some(good));
 }
 
 // ---- kill -9 ----------------------------------------------------------------
@@ -188,7 +191,8 @@ fn acked_commits_survive_kill_9() {
         let (s, _due) = local_substrate(dir.path()).unwrap();
         for (i, acks) in acked.iter().enumerate() {
             let path = format!("crash/{i}");
-            let meta = s.store.read_meta(&path).await.unwrap().expect("acknowledged stream exists");
+            let meta =
+                s.store.read_meta(&StreamHandle::detached(&path)).await.unwrap().expect("acknowledged stream exists");
             let chunks = read_all(&s, &path, &meta.incarnation, meta.tail).await;
             assert_tiles(&chunks, meta.tail);
             assert_eq!(meta.version, chunks.len() as u64, "one version per stored append");
@@ -201,7 +205,7 @@ fn acked_commits_survive_kill_9() {
                 let chunk = chunks.get(seq as usize).expect("an acknowledged append survived");
                 assert_eq!(chunk.start, position, "stream {i} append {seq} at its acknowledged position");
             }
-            let producer = s.store.read_producer(&path, &meta.incarnation, "p").await.unwrap();
+            let producer = s.store.read_producer(&StreamHandle::detached(&path), &meta.incarnation, "p").await.unwrap();
             assert_eq!(producer.map(|p| p.last_seq + 1), Some(chunks.len() as u64).filter(|n| *n > 0));
         }
     });

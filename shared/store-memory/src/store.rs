@@ -1,9 +1,10 @@
 //! [`MemoryStore`]: a [`StreamStore`] over in-memory maps.
 //!
-//! One `RwLock` guards the whole state; `commit` takes the write lock, checks
-//! every precondition ([`crate::precheck`]) and only then applies the ops, so a
-//! commit is all-or-nothing and readers never see half of one. Durable for the
-//! process lifetime only.
+//! One `RwLock` guards the whole state; `commit` folds the commit into its net
+//! writes ([`ds_core::fold`]), takes the write lock, checks every
+//! precondition and only then applies the writes, so a commit is
+//! all-or-nothing and readers never see half of one. Durable for the process
+//! lifetime only.
 
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Bound;
@@ -11,9 +12,8 @@ use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use ds_core::{Chunk, Commit, Op, ProducerState, StoreError, StreamMeta, StreamStore};
-
-use crate::precheck::{check_commit, StateView};
+use ds_core::fold::{MetaEffect, NetWrites, StateView};
+use ds_core::{Chunk, Commit, ProducerState, StoreError, StreamHandle, StreamMeta, StreamStore};
 
 /// Chunks and producers of one `(path, incarnation)`.
 #[derive(Default)]
@@ -41,34 +41,35 @@ impl State {
         self.data.entry(path.to_owned()).or_default().entry(incarnation.to_owned()).or_default()
     }
 
-    /// Apply one op whose precondition was already checked.
-    fn apply(&mut self, op: Op) {
-        match op {
-            Op::PutMeta { meta, .. } => {
-                self.metas.insert(meta.path.clone(), meta);
-            }
-            Op::PutChunk { path, incarnation, chunk } => {
-                // Empty chunks hold no bytes and would shadow a real chunk at
-                // the same start, so they are not stored.
-                // Copied: a request body is often a slice of a larger network
-                // buffer, and keeping the slice would pin the whole buffer.
-                if !chunk.data.is_empty() {
-                    let data = Bytes::copy_from_slice(&chunk.data);
-                    self.incarnation_mut(&path, &incarnation).chunks.insert(chunk.start, data);
+    /// Apply net writes whose preconditions were already checked.
+    fn apply(&mut self, writes: NetWrites) {
+        for (path, incarnation) in &writes.wiped {
+            if let Some(by_incarnation) = self.data.get_mut(path) {
+                by_incarnation.remove(incarnation);
+                if by_incarnation.is_empty() {
+                    self.data.remove(path);
                 }
             }
-            Op::PutProducer { path, incarnation, producer_id, state } => {
-                self.incarnation_mut(&path, &incarnation).producers.insert(producer_id, state);
-            }
-            Op::DeleteStream { path, incarnation, .. } => {
-                self.metas.remove(&path);
-                if let Some(by_incarnation) = self.data.get_mut(&path) {
-                    by_incarnation.remove(&incarnation);
-                    if by_incarnation.is_empty() {
-                        self.data.remove(&path);
-                    }
+        }
+        for m in writes.metas {
+            match m.effect {
+                MetaEffect::Put(meta) => {
+                    self.metas.insert(m.path, *meta);
                 }
+                MetaEffect::Delete => {
+                    self.metas.remove(&m.path);
+                }
+                MetaEffect::CheckOnly => {}
             }
+        }
+        for c in writes.chunks {
+            // Copied: a request body is often a slice of a larger network
+            // buffer, and keeping the slice would pin the whole buffer.
+            let data = Bytes::copy_from_slice(&c.data);
+            self.incarnation_mut(&c.path, &c.incarnation).chunks.insert(c.start, data);
+        }
+        for p in writes.producers {
+            self.incarnation_mut(&p.path, &p.incarnation).producers.insert(p.producer_id, p.state);
         }
     }
 }
@@ -113,20 +114,20 @@ impl MemoryStore {
 
 #[async_trait]
 impl StreamStore for MemoryStore {
-    async fn read_meta(&self, path: &str) -> Result<Option<StreamMeta>, StoreError> {
-        Ok(self.read().metas.get(path).cloned())
+    async fn read_meta(&self, stream: &StreamHandle) -> Result<Option<StreamMeta>, StoreError> {
+        Ok(self.read().metas.get(stream.path()).cloned())
     }
 
     async fn read_chunks(
         &self,
-        path: &str,
+        stream: &StreamHandle,
         incarnation: &str,
         from: u64,
         until: u64,
         max_bytes: usize,
     ) -> Result<Vec<Chunk>, StoreError> {
         let state = self.read();
-        let Some(data) = state.incarnation(path, incarnation) else {
+        let Some(data) = state.incarnation(stream.path(), incarnation) else {
             return Ok(Vec::new());
         };
         if from >= until {
@@ -140,25 +141,25 @@ impl StreamStore for MemoryStore {
 
     async fn read_producer(
         &self,
-        path: &str,
+        stream: &StreamHandle,
         incarnation: &str,
         producer_id: &str,
     ) -> Result<Option<ProducerState>, StoreError> {
-        Ok(self.read().incarnation(path, incarnation).and_then(|d| d.producers.get(producer_id).copied()))
+        let state = self.read();
+        Ok(state.incarnation(stream.path(), incarnation).and_then(|d| d.producers.get(producer_id).copied()))
     }
 
     async fn commit(&self, commit: Commit) -> Result<(), StoreError> {
+        let writes = NetWrites::fold(&commit)?;
         let mut state = self.write();
-        check_commit(&commit, &*state)?;
-        for op in commit.ops {
-            state.apply(op);
-        }
+        writes.check(&*state)?;
+        state.apply(writes);
         Ok(())
     }
 
-    async fn touch(&self, path: &str, incarnation: &str, at_ms: i64) -> Result<(), StoreError> {
+    async fn touch(&self, stream: &StreamHandle, incarnation: &str, at_ms: i64) -> Result<(), StoreError> {
         let mut state = self.write();
-        if let Some(meta) = state.metas.get_mut(path) {
+        if let Some(meta) = state.metas.get_mut(stream.path()) {
             if meta.incarnation == incarnation && meta.touched_at_ms < at_ms {
                 meta.touched_at_ms = at_ms;
             }

@@ -64,7 +64,8 @@ pub async fn concurrent_appends_one_stream(f: &dyn SubstrateFactory, writers: us
     }
 
     let check = f.instance().await;
-    let stored = check.store.read_meta(&meta.path).await.expect("read_meta").expect("stream exists");
+    let stored =
+        check.store.read_meta(&check.registry.enter(&meta.path)).await.expect("read_meta").expect("stream exists");
     let total: u64 = (0..writers).flat_map(|w| (0..appends_each).map(move |seq| payload(w, seq).len() as u64)).sum();
     assert_eq!(stored.tail, total, "tail = sum of appended lengths");
     assert_eq!(stored.version, (writers * appends_each) as u64, "one version per append");
@@ -76,7 +77,10 @@ pub async fn concurrent_appends_one_stream(f: &dyn SubstrateFactory, writers: us
         assert_eq!(chunk.data, payload(w, seq), "bytes at {} are writer {w}'s append {seq}", chunk.start);
     }
     for w in 0..writers {
-        let p = check.store.read_producer(&meta.path, &meta.incarnation, &format!("writer-{w}")).await;
+        let p = check
+            .store
+            .read_producer(&check.registry.enter(&meta.path), &meta.incarnation, &format!("writer-{w}"))
+            .await;
         let p = p.expect("read_producer").expect("every writer's producer state exists");
         assert_eq!(p.last_seq, appends_each as u64 - 1, "writer {w}'s producer state is its last append");
     }
@@ -94,7 +98,12 @@ pub async fn concurrent_commits_all_or_nothing(f: &dyn SubstrateFactory, racers:
     let meta = create(&instances[0], &unique_path("racing-commits")).await;
     let mut winners = Vec::with_capacity(rounds);
     for round in 0..rounds {
-        let base = instances[0].store.read_meta(&meta.path).await.expect("read_meta").expect("exists");
+        let base = instances[0]
+            .store
+            .read_meta(&instances[0].registry.enter(&meta.path))
+            .await
+            .expect("read_meta")
+            .expect("exists");
         let barrier = Arc::new(Barrier::new(racers));
         let mut tasks = Vec::with_capacity(racers);
         for (r, s) in instances.iter().enumerate() {
@@ -120,10 +129,13 @@ pub async fn concurrent_commits_all_or_nothing(f: &dyn SubstrateFactory, racers:
         winners.push(won[0]);
 
         let s = &instances[0];
-        let after = s.store.read_meta(&meta.path).await.expect("read_meta").expect("exists");
+        let after = s.store.read_meta(&s.registry.enter(&meta.path)).await.expect("read_meta").expect("exists");
         assert_eq!(after.version, base.version + 1);
         assert_eq!(after.tail, base.tail + payload(won[0], round).len() as u64);
-        let chunks = s.store.read_chunks(&meta.path, &meta.incarnation, base.tail, u64::MAX, usize::MAX).await;
+        let chunks = s
+            .store
+            .read_chunks(&s.registry.enter(&meta.path), &meta.incarnation, base.tail, u64::MAX, usize::MAX)
+            .await;
         let chunks = chunks.expect("read_chunks");
         assert_eq!(chunks.len(), 1, "only the winner's chunk is stored");
         assert_eq!(chunks[0].data, payload(won[0], round));
@@ -131,11 +143,14 @@ pub async fn concurrent_commits_all_or_nothing(f: &dyn SubstrateFactory, racers:
     // Losers never left producer state: each racer's state names only rounds it won.
     let s = &instances[0];
     for r in 0..racers {
-        let p =
-            s.store.read_producer(&meta.path, &meta.incarnation, &format!("racer-{r}")).await.expect("read_producer");
+        let p = s
+            .store
+            .read_producer(&s.registry.enter(&meta.path), &meta.incarnation, &format!("racer-{r}"))
+            .await
+            .expect("read_producer");
         let last_win = winners.iter().rposition(|w| *w == r);
         assert_eq!(p.map(|p| p.last_seq as usize), last_win, "racer {r}'s producer state");
     }
-    let m = s.store.read_meta(&meta.path).await.expect("read_meta").expect("exists");
+    let m = s.store.read_meta(&s.registry.enter(&meta.path)).await.expect("read_meta").expect("exists");
     assert_tiles(&read_all(s, &meta.path, &meta.incarnation, m.tail).await, m.tail);
 }

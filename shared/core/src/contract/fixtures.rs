@@ -95,9 +95,13 @@ pub const MAX_ATTEMPTS: u32 = 20_000;
 pub async fn append(s: &Substrate, path: &str, data: Bytes, producer: Option<(&str, ProducerState)>) -> Appended {
     let mut conflicts = 0u32;
     loop {
-        let guard = s.mutex.lock(path).await;
-        let meta =
-            s.store.read_meta(path).await.expect("read_meta succeeds").expect("the stream being appended to exists");
+        let guard = s.mutex.lock(&s.registry.enter(path)).await;
+        let meta = s
+            .store
+            .read_meta(&s.registry.enter(path))
+            .await
+            .expect("read_meta succeeds")
+            .expect("the stream being appended to exists");
         let (commit, next) = append_commit(&meta, &data, producer);
         // The core validates here. Yielding stands in for that work and makes
         // writers on separate instances interleave between read and commit
@@ -133,7 +137,11 @@ pub async fn read_all(s: &Substrate, path: &str, incarnation: &str, until: u64) 
     let mut out: Vec<Chunk> = Vec::new();
     let mut from = 0u64;
     while from < until {
-        let page = s.store.read_chunks(path, incarnation, from, until, 256).await.expect("read_chunks succeeds");
+        let page = s
+            .store
+            .read_chunks(&s.registry.enter(path), incarnation, from, until, 256)
+            .await
+            .expect("read_chunks succeeds");
         let Some(last) = page.last() else { break };
         from = last.end();
         out.extend(page);
@@ -151,4 +159,37 @@ pub fn assert_tiles(chunks: &[Chunk], tail: u64) {
         expected_start = c.end();
     }
     assert_eq!(expected_start, tail, "chunks must end exactly at the tail");
+}
+
+/// A service request creating an empty `application/octet-stream` stream.
+pub fn create_request(path: &str) -> crate::CreateRequest {
+    crate::CreateRequest {
+        path: path.to_owned(),
+        content_type: Some("application/octet-stream".into()),
+        lifetime: ds_protocol::headers::Lifetime::default(),
+        closed: false,
+        body: Bytes::new(),
+        fork: None,
+    }
+}
+
+/// A service request appending `body` to an `application/octet-stream` stream.
+pub fn append_request(path: &str, body: Bytes) -> crate::AppendRequest {
+    crate::AppendRequest {
+        path: path.to_owned(),
+        content_type: Some("application/octet-stream".into()),
+        body,
+        close: false,
+        seq: None,
+        producer: None,
+    }
+}
+
+/// A service request reading `path` from its beginning (catch-up, no live mode).
+pub fn read_request(path: &str) -> crate::ReadRequest {
+    crate::ReadRequest {
+        path: path.to_owned(),
+        offset: Some(ds_protocol::ReadOffset::Beginning),
+        live: crate::LiveMode::None,
+    }
 }

@@ -1,10 +1,17 @@
 //! The substrate contract-test suite (feature `test-util`).
 //!
-//! Every substrate crate runs these same checks from its own `tests/` files, so
-//! memory, local disk and AWS are held to one contract (the consistency rules
-//! in [`crate::substrate`]). Each check is a `pub async fn` that panics (like
-//! `assert!`) on a violation; call it from a `#[tokio::test]`. Concurrency
-//! checks spawn tasks, so use a multi-thread runtime.
+//! Every substrate crate runs these same checks, so memory, local disk and
+//! AWS are held to one contract (the consistency rules in
+//! [`crate::substrate`]). Each check is a `pub async fn` that panics (like
+//! `assert!`) on a violation.
+//!
+//! A substrate crate runs the whole suite with one line in a test file:
+//! [`contract_suite!`](crate::contract_suite) expands to one
+//! `#[tokio::test]` per check on its list, so a check added there runs on
+//! every substrate without touching their crates. Two checks need more than a
+//! factory and are called by hand where they apply:
+//! [`scheduler_fires`] (in-process schedulers) and
+//! [`restart_keeps_committed`] (durable substrates).
 //!
 //! A check gets a [`SubstrateFactory`]: every `instance()` must be a substrate
 //! over the SAME backing storage (a fresh in-process lock/hub per instance is
@@ -12,25 +19,14 @@
 //! Checks use unique paths, so one storage may serve many checks.
 //!
 //! ```ignore
-//! use ds_core::contract::{self, SuiteOptions};
-//!
-//! #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-//! async fn memory_meets_the_contract() {
+//! /// The factory a check runs against (`None`: skip, e.g. no emulator).
+//! async fn factory(_check: &'static str) -> Option<impl SubstrateFactory> {
 //!     let store: Arc<dyn StreamStore> = Arc::new(MemoryStore::new());
-//!     let factory = move || in_process_substrate(Arc::clone(&store)).0;
-//!     contract::run_all(&factory, SuiteOptions::default()).await;
+//!     Some(move || ds_inproc::in_process_substrate(Arc::clone(&store)).0)
 //! }
-//! ```
 //!
-//! Checks: [`create_expect_absent`], [`expect_version`],
-//! [`commit_all_or_nothing`], [`producer_and_data_atomic`],
-//! [`delete_and_recreate`], [`touch_without_version_bump`],
-//! [`list_streams_pages`], [`read_chunks_ranges`], [`meta_roundtrip`],
-//! [`concurrent_appends_one_stream`], [`concurrent_commits_all_or_nothing`],
-//! [`hub_wakes_after_commit`], [`hub_no_missed_wakeup`], [`hub_deadline`],
-//! [`mutex_serializes`], [`registry_bounded`], [`scheduler_accepts_calls`],
-//! [`scheduler_fires`] (in-process schedulers only) and
-//! [`restart_keeps_committed`] (durable substrates only).
+//! ds_core::contract_suite!(factory);
+//! ```
 
 mod concurrency;
 pub mod fixtures;
@@ -76,50 +72,51 @@ where
     }
 }
 
-/// Which parts of [`run_all`] apply to the substrate, and how hard to push.
-#[derive(Debug, Clone)]
-pub struct SuiteOptions {
-    /// Writers for [`concurrent_appends_one_stream`] (the contract asks ≥ 32).
-    pub writers: usize,
-    /// Appends per writer for [`concurrent_appends_one_stream`].
-    pub appends_each: usize,
-    /// Run [`scheduler_accepts_calls`] (true unless the scheduler cannot even
-    /// be called in the test environment). [`scheduler_fires`] is separate.
-    pub scheduler_calls: bool,
-    /// Run [`registry_bounded`] and [`mutex_serializes`].
-    pub in_process_services: bool,
+/// [`concurrent_appends_one_stream`] at the contract's bar: 32 writers, each
+/// its own substrate instance, 6 appends each.
+pub async fn concurrent_appends_32_writers(f: &dyn SubstrateFactory) {
+    concurrent_appends_one_stream(f, 32, 6).await;
 }
 
-impl Default for SuiteOptions {
-    fn default() -> Self {
-        Self { writers: 32, appends_each: 6, scheduler_calls: true, in_process_services: true }
-    }
-}
-
-/// Every check that needs only a factory, one after the other.
-/// ([`scheduler_fires`] and [`restart_keeps_committed`] take other inputs.)
-pub async fn run_all(f: &dyn SubstrateFactory, options: SuiteOptions) {
-    create_expect_absent(f).await;
-    expect_version(f).await;
-    commit_all_or_nothing(f).await;
-    producer_and_data_atomic(f).await;
-    delete_and_recreate(f).await;
-    touch_without_version_bump(f).await;
-    list_streams_pages(f).await;
-    read_chunks_ranges(f).await;
-    meta_roundtrip(f).await;
+/// [`concurrent_commits_all_or_nothing`] with 8 writers of 10 commits each.
+pub async fn concurrent_commits_8_writers(f: &dyn SubstrateFactory) {
     concurrent_commits_all_or_nothing(f, 8, 10).await;
-    concurrent_appends_one_stream(f, options.writers, options.appends_each).await;
-    submit_is_ordered(f).await;
-    version_pins_incarnation(f).await;
-    hub_wakes_after_commit(f).await;
-    hub_no_missed_wakeup(f).await;
-    hub_deadline(f).await;
-    if options.in_process_services {
-        mutex_serializes(f).await;
-        registry_bounded(f).await;
-    }
-    if options.scheduler_calls {
-        scheduler_accepts_calls(f).await;
-    }
+}
+
+/// One `#[tokio::test]` per contract check — this macro's list is THE list
+/// of checks every substrate runs — each against the factory `$factory`: an
+/// `async fn(&'static str) -> Option<impl SubstrateFactory>` given the
+/// check's name, returning `None` to skip (e.g. no emulator configured).
+#[macro_export]
+macro_rules! contract_suite {
+    ($factory:path) => {
+        $crate::contract_suite!(@checks $factory;
+            create_expect_absent,
+            expect_version,
+            commit_all_or_nothing,
+            producer_and_data_atomic,
+            delete_and_recreate,
+            touch_without_version_bump,
+            list_streams_pages,
+            read_chunks_ranges,
+            meta_roundtrip,
+            submit_is_ordered,
+            version_pins_incarnation,
+            concurrent_commits_8_writers,
+            concurrent_appends_32_writers,
+            hub_wakes_after_commit,
+            hub_no_missed_wakeup,
+            hub_deadline,
+            mutex_serializes,
+            registry_bounded,
+            scheduler_accepts_calls,
+        );
+    };
+    (@checks $factory:path; $($check:ident),* $(,)?) => {$(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+        async fn $check() {
+            let Some(factory) = $factory(stringify!($check)).await else { return };
+            $crate::contract::$check(&factory).await;
+        }
+    )*};
 }

@@ -27,7 +27,7 @@ pub async fn submit_is_ordered(f: &dyn SubstrateFactory) {
     r1.expect("first applies");
     r2.expect("second applies after the first");
     r3.expect("third applies after the second");
-    assert_eq!(s.store.read_meta(&path).await.expect("read_meta"), Some(m3.clone()));
+    assert_eq!(s.store.read_meta(&s.registry.enter(&path)).await.expect("read_meta"), Some(m3.clone()));
     let data: Vec<u8> =
         read_all(&s, &path, &m3.incarnation, m3.tail).await.iter().flat_map(|c| c.data.to_vec()).collect();
     assert_eq!(data, b"one-two-three");
@@ -50,7 +50,7 @@ pub async fn submit_is_ordered(f: &dyn SubstrateFactory) {
     };
     assert!(matches!(rf, Err(StoreError::Conflict)));
     assert!(matches!(rs, Err(StoreError::Conflict)), "a commit stacked on a failed one must fail");
-    assert_eq!(s.store.read_meta(&path).await.expect("read_meta"), Some(m3));
+    assert_eq!(s.store.read_meta(&s.registry.enter(&path)).await.expect("read_meta"), Some(m3));
 }
 
 /// `Expect::Version` also pins the incarnation: a writer holding a deleted
@@ -67,5 +67,5 @@ pub async fn version_pins_incarnation(f: &dyn SubstrateFactory) {
     assert_eq!(new.version, old.version);
     let (stale, _) = append_commit(&old, &Bytes::from_static(b"zombie"), None);
     assert!(matches!(s.store.commit(stale).await, Err(StoreError::Conflict)));
-    assert_eq!(s.store.read_meta(&path).await.expect("read_meta"), Some(new));
+    assert_eq!(s.store.read_meta(&s.registry.enter(&path)).await.expect("read_meta"), Some(new));
 }

@@ -13,28 +13,31 @@ pub async fn touch_without_version_bump(f: &dyn SubstrateFactory) {
     let s = f.instance().await;
     let meta = create(&s, &unique_path("touch")).await;
     let t1 = meta.touched_at_ms + 5_000;
-    s.store.touch(&meta.path, &meta.incarnation, t1).await.expect("touch");
-    let m = s.store.read_meta(&meta.path).await.expect("read_meta").expect("exists");
+    s.store.touch(&s.registry.enter(&meta.path), &meta.incarnation, t1).await.expect("touch");
+    let m = s.store.read_meta(&s.registry.enter(&meta.path)).await.expect("read_meta").expect("exists");
     assert!(m.touched_at_ms >= t1, "touch is visible to the next read");
     assert_eq!(m.version, meta.version, "touch never bumps the version");
-    s.store.touch(&meta.path, &meta.incarnation, t1 - 3_000).await.expect("touch");
-    let m = s.store.read_meta(&meta.path).await.expect("read_meta").expect("exists");
+    s.store.touch(&s.registry.enter(&meta.path), &meta.incarnation, t1 - 3_000).await.expect("touch");
+    let m = s.store.read_meta(&s.registry.enter(&meta.path)).await.expect("read_meta").expect("exists");
     assert!(m.touched_at_ms >= t1, "touched_at_ms never moves backwards");
 
     let other = create(&s, &unique_path("touch-other")).await;
-    s.store.touch(&other.path, "another-incarnation", other.touched_at_ms + 9_000).await.expect("touch");
-    let o = s.store.read_meta(&other.path).await.expect("read_meta").expect("exists");
+    s.store
+        .touch(&s.registry.enter(&other.path), "another-incarnation", other.touched_at_ms + 9_000)
+        .await
+        .expect("touch");
+    let o = s.store.read_meta(&s.registry.enter(&other.path)).await.expect("read_meta").expect("exists");
     assert_eq!(o.touched_at_ms, other.touched_at_ms, "a touch of another incarnation is ignored");
     let missing = unique_path("touch-missing");
-    s.store.touch(&missing, "x", now_ms()).await.expect("touching a missing stream is fine");
-    assert_eq!(s.store.read_meta(&missing).await.expect("read_meta"), None, "touch never creates");
+    s.store.touch(&s.registry.enter(&missing), "x", now_ms()).await.expect("touching a missing stream is fine");
+    assert_eq!(s.store.read_meta(&s.registry.enter(&missing)).await.expect("read_meta"), None, "touch never creates");
 
     let mut next = meta.clone();
     next.version += 1;
     next.touched_at_ms = t1 + 10_000;
     let commit = Commit { ops: vec![Op::PutMeta { meta: next.clone(), expect: Expect::Version(meta.version) }] };
     s.store.commit(commit).await.expect("the version read before the touch still commits");
-    let m = s.store.read_meta(&meta.path).await.expect("read_meta").expect("exists");
+    let m = s.store.read_meta(&s.registry.enter(&meta.path)).await.expect("read_meta").expect("exists");
     assert_eq!(m.touched_at_ms, next.touched_at_ms, "PutMeta sets the core's touched_at_ms");
 }
 
@@ -85,9 +88,9 @@ pub async fn read_chunks_ranges(f: &dyn SubstrateFactory) {
     }
     let read = |from: u64, until: u64, max: usize| {
         let store = &s.store;
-        let (p, i) = (meta.path.clone(), meta.incarnation.clone());
+        let (stream, i) = (s.registry.enter(&meta.path), meta.incarnation.clone());
         async move {
-            let chunks = store.read_chunks(&p, &i, from, until, max).await.expect("read_chunks");
+            let chunks = store.read_chunks(&stream, &i, from, until, max).await.expect("read_chunks");
             chunks.iter().map(|c| (c.start, c.data.len())).collect::<Vec<_>>()
         }
     };
@@ -97,7 +100,7 @@ pub async fn read_chunks_ranges(f: &dyn SubstrateFactory) {
     assert_eq!(read(0, 20, 6).await, vec![(0, 5), (5, 3)], "stops once the budget is reached");
     assert_eq!(read(20, 100, usize::MAX).await, vec![], "nothing at or past the tail");
     assert_eq!(read(3, 3, usize::MAX).await, vec![], "empty range");
-    let other = s.store.read_chunks(&meta.path, "other-incarnation", 0, 20, usize::MAX).await;
+    let other = s.store.read_chunks(&s.registry.enter(&meta.path), "other-incarnation", 0, 20, usize::MAX).await;
     assert!(other.expect("read_chunks").is_empty(), "incarnations never share chunks");
 }
 
@@ -107,10 +110,10 @@ pub async fn meta_roundtrip(f: &dyn SubstrateFactory) {
     let meta = rich_meta(&unique_path("meta-roundtrip"));
     let commit = Commit { ops: vec![Op::PutMeta { meta: meta.clone(), expect: Expect::Absent }] };
     s.store.commit(commit).await.expect("commit");
-    assert_eq!(s.store.read_meta(&meta.path).await.expect("read_meta"), Some(meta.clone()));
+    assert_eq!(s.store.read_meta(&s.registry.enter(&meta.path)).await.expect("read_meta"), Some(meta.clone()));
     let other = f.instance().await;
     assert_eq!(
-        other.store.read_meta(&meta.path).await.expect("read_meta"),
+        other.store.read_meta(&other.registry.enter(&meta.path)).await.expect("read_meta"),
         Some(meta),
         "read-your-writes across instances"
     );

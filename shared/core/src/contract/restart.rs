@@ -38,11 +38,15 @@ pub async fn restart_keeps_committed(reopen: &dyn SubstrateFactory) {
     };
 
     let s = reopen.instance().await;
-    assert_eq!(s.store.read_meta(&a_path).await.expect("read_meta"), Some(a_meta.clone()));
-    assert_eq!(s.store.read_meta(&rich.path).await.expect("read_meta"), Some(rich), "every meta field survives");
-    assert_eq!(s.store.read_meta(&gone_path).await.expect("read_meta"), None, "deletions survive");
+    assert_eq!(s.store.read_meta(&s.registry.enter(&a_path)).await.expect("read_meta"), Some(a_meta.clone()));
+    assert_eq!(
+        s.store.read_meta(&s.registry.enter(&rich.path)).await.expect("read_meta"),
+        Some(rich),
+        "every meta field survives"
+    );
+    assert_eq!(s.store.read_meta(&s.registry.enter(&gone_path)).await.expect("read_meta"), None, "deletions survive");
     assert_eq!(read_all(&s, &a_path, &a_meta.incarnation, a_meta.tail).await, a_chunks, "chunks survive byte-exact");
-    let p = s.store.read_producer(&a_path, &a_meta.incarnation, "p").await.expect("read_producer");
+    let p = s.store.read_producer(&s.registry.enter(&a_path), &a_meta.incarnation, "p").await.expect("read_producer");
     assert_eq!(p, Some(ProducerState { epoch: 2, last_seq: 19 }));
     let next = append(&s, &a_path, Bytes::from_static(b"after restart"), None).await;
     assert_eq!(next.position, a_meta.tail, "appends continue at the old tail");

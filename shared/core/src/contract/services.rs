@@ -24,12 +24,12 @@ pub async fn hub_wakes_after_commit(f: &dyn SubstrateFactory) {
     let reader = {
         let (s, path, incarnation) = (s.clone(), meta.path.clone(), meta.incarnation.clone());
         tokio::spawn(async move {
-            let mut sub = s.hub.subscribe(&path);
-            let seen = s.store.read_meta(&path).await.expect("read_meta").expect("exists");
+            let mut sub = s.hub.subscribe(&s.registry.enter(&path));
+            let seen = s.store.read_meta(&s.registry.enter(&path)).await.expect("read_meta").expect("exists");
             let started = Instant::now();
             let woke = sub.changed(&TailSignal::of(&seen), started + WAKE_WITHIN * 2).await;
             assert!(woke && started.elapsed() < WAKE_WITHIN, "the reader is woken by the append");
-            let now = s.store.read_meta(&path).await.expect("read_meta").expect("exists");
+            let now = s.store.read_meta(&s.registry.enter(&path)).await.expect("read_meta").expect("exists");
             assert!(now.tail > seen.tail, "a woken reader sees the committed tail");
             read_all(&s, &path, &incarnation, now.tail).await
         })
@@ -45,7 +45,7 @@ pub async fn hub_wakes_after_commit(f: &dyn SubstrateFactory) {
 pub async fn hub_no_missed_wakeup(f: &dyn SubstrateFactory) {
     let s = f.instance().await;
     let meta = create(&s, &unique_path("hub-no-miss")).await;
-    let mut sub = s.hub.subscribe(&meta.path);
+    let mut sub = s.hub.subscribe(&s.registry.enter(&meta.path));
     let seen = TailSignal::of(&meta);
     append(&s, &meta.path, Bytes::from_static(b"early"), None).await;
     let started = Instant::now();
@@ -57,7 +57,7 @@ pub async fn hub_no_missed_wakeup(f: &dyn SubstrateFactory) {
 pub async fn hub_deadline(f: &dyn SubstrateFactory) {
     let s = f.instance().await;
     let meta = create(&s, &unique_path("hub-deadline")).await;
-    let mut sub = s.hub.subscribe(&meta.path);
+    let mut sub = s.hub.subscribe(&s.registry.enter(&meta.path));
     let deadline = Instant::now() + Duration::from_millis(250);
     assert!(!sub.changed(&TailSignal::of(&meta), deadline).await, "no change → false");
     assert!(Instant::now() >= deadline, "not before the deadline");
@@ -75,7 +75,7 @@ pub async fn mutex_serializes(f: &dyn SubstrateFactory) {
         let (s, path, inside) = (s.clone(), path.clone(), Arc::clone(&inside));
         tasks.push(tokio::spawn(async move {
             for _ in 0..5 {
-                let _guard = s.mutex.lock(&path).await;
+                let _guard = s.mutex.lock(&s.registry.enter(&path)).await;
                 assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "two holders of one path's lock");
                 tokio::time::sleep(Duration::from_micros(200)).await;
                 inside.fetch_sub(1, Ordering::SeqCst);
@@ -85,8 +85,8 @@ pub async fn mutex_serializes(f: &dyn SubstrateFactory) {
     for t in tasks {
         t.await.expect("locker completes");
     }
-    let _held = s.mutex.lock(&path).await;
-    let other = tokio::time::timeout(WAKE_WITHIN, s.mutex.lock(&unique_path("mutex-other"))).await;
+    let _held = s.mutex.lock(&s.registry.enter(&path)).await;
+    let other = tokio::time::timeout(WAKE_WITHIN, s.mutex.lock(&s.registry.enter(&unique_path("mutex-other")))).await;
     assert!(other.is_ok(), "locks of different paths are independent");
 }
 
@@ -99,8 +99,8 @@ pub async fn registry_bounded(f: &dyn SubstrateFactory) {
     let leases: Vec<_> = paths.iter().map(|p| s.registry.enter(p)).collect();
     assert!(s.registry.live_contexts() >= baseline + paths.len(), "held leases keep contexts");
     {
-        let _g = s.mutex.lock(&paths[0]).await;
-        let _sub = s.hub.subscribe(&paths[1]);
+        let _g = s.mutex.lock(&s.registry.enter(&paths[0])).await;
+        let _sub = s.hub.subscribe(&s.registry.enter(&paths[1]));
     }
     drop(leases);
     assert!(s.registry.live_contexts() <= baseline, "unused contexts are evicted");

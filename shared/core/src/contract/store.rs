@@ -16,7 +16,7 @@ pub async fn create_expect_absent(f: &dyn SubstrateFactory) {
     let second = new_meta(&path);
     let again = Commit { ops: vec![Op::PutMeta { meta: second, expect: Expect::Absent }] };
     assert!(matches!(s.store.commit(again).await, Err(StoreError::Conflict)));
-    let stored = s.store.read_meta(&path).await.expect("read_meta");
+    let stored = s.store.read_meta(&s.registry.enter(&path)).await.expect("read_meta");
     assert_eq!(stored, Some(first), "the losing create must not change the record");
 }
 
@@ -37,14 +37,14 @@ pub async fn expect_version(f: &dyn SubstrateFactory) {
     stale.closed = true;
     let stale_commit = Commit { ops: vec![Op::PutMeta { meta: stale, expect: Expect::Version(0) }] };
     assert!(matches!(s.store.commit(stale_commit).await, Err(StoreError::Conflict)));
-    assert_eq!(s.store.read_meta(&path).await.expect("read_meta"), Some(v1));
+    assert_eq!(s.store.read_meta(&s.registry.enter(&path)).await.expect("read_meta"), Some(v1));
 
     let missing = unique_path("expect-version-missing");
     let mut ghost = new_meta(&missing);
     ghost.version = 1;
     let on_absent = Commit { ops: vec![Op::PutMeta { meta: ghost, expect: Expect::Version(0) }] };
     assert!(matches!(s.store.commit(on_absent).await, Err(StoreError::Conflict)));
-    assert_eq!(s.store.read_meta(&missing).await.expect("read_meta"), None);
+    assert_eq!(s.store.read_meta(&s.registry.enter(&missing)).await.expect("read_meta"), None);
 }
 
 /// A commit with one failing precondition among several ops writes nothing:
@@ -83,12 +83,13 @@ pub async fn commit_all_or_nothing(f: &dyn SubstrateFactory) {
             let result = s.store.commit(Commit { ops }).await;
             assert!(matches!(result, Err(StoreError::Conflict)), "failing op at {at}: {result:?}");
 
-            assert_eq!(s.store.read_meta(&a.path).await.expect("read_meta"), Some(a.clone()));
-            assert_eq!(s.store.read_meta(&c.path).await.expect("read_meta"), Some(c.clone()));
-            assert_eq!(s.store.read_meta(&b.path).await.expect("read_meta"), None);
-            let chunks = s.store.read_chunks(&a.path, &a.incarnation, 0, u64::MAX, usize::MAX);
+            assert_eq!(s.store.read_meta(&s.registry.enter(&a.path)).await.expect("read_meta"), Some(a.clone()));
+            assert_eq!(s.store.read_meta(&s.registry.enter(&c.path)).await.expect("read_meta"), Some(c.clone()));
+            assert_eq!(s.store.read_meta(&s.registry.enter(&b.path)).await.expect("read_meta"), None);
+            let a_stream = s.registry.enter(&a.path);
+            let chunks = s.store.read_chunks(&a_stream, &a.incarnation, 0, u64::MAX, usize::MAX);
             assert!(chunks.await.expect("read_chunks").is_empty(), "no chunk may leak");
-            let producer = s.store.read_producer(&a.path, &a.incarnation, "p");
+            let producer = s.store.read_producer(&a_stream, &a.incarnation, "p");
             assert_eq!(producer.await.expect("read_producer"), None, "no producer may leak");
         }
     }
@@ -122,11 +123,12 @@ pub async fn producer_and_data_atomic(f: &dyn SubstrateFactory) {
     });
     let path = meta.path.clone();
     let read = tokio::spawn(async move {
-        let producer = || reader.store.read_producer(&path, &incarnation, "prod");
+        let stream = reader.registry.enter(&path);
+        let producer = || reader.store.read_producer(&stream, &incarnation, "prod");
         loop {
             // Producer first, then meta: the meta must include that append.
             let p = producer().await.expect("read_producer");
-            let m = reader.store.read_meta(&path).await.expect("read_meta").expect("exists");
+            let m = reader.store.read_meta(&stream).await.expect("read_meta").expect("exists");
             if let Some(p) = p {
                 let end = end_after[p.last_seq as usize];
                 assert!(m.tail >= end, "producer seen before its data");
@@ -161,7 +163,10 @@ pub async fn delete_and_recreate(f: &dyn SubstrateFactory) {
 
     let stale = Op::DeleteStream { path: path.clone(), incarnation: old.incarnation.clone(), expect_version: 1 };
     assert!(matches!(s.store.commit(Commit { ops: vec![stale] }).await, Err(StoreError::Conflict)));
-    assert!(s.store.read_meta(&path).await.expect("read_meta").is_some(), "a stale delete removes nothing");
+    assert!(
+        s.store.read_meta(&s.registry.enter(&path)).await.expect("read_meta").is_some(),
+        "a stale delete removes nothing"
+    );
 
     let delete = Op::DeleteStream {
         path: path.clone(),
@@ -169,15 +174,15 @@ pub async fn delete_and_recreate(f: &dyn SubstrateFactory) {
         expect_version: last.meta.version,
     };
     s.store.commit(Commit { ops: vec![delete] }).await.expect("delete commits");
-    assert_eq!(s.store.read_meta(&path).await.expect("read_meta"), None);
+    assert_eq!(s.store.read_meta(&s.registry.enter(&path)).await.expect("read_meta"), None);
     let listed = s.store.list_streams(Some(&path[..path.len() - 1]), 10).await.expect("list_streams");
     assert!(listed.iter().all(|m| m.path != path), "a deleted stream is not listed");
 
     let new = create(&s, &path).await;
     assert_ne!(new.incarnation, old.incarnation);
-    let chunks = s.store.read_chunks(&path, &new.incarnation, 0, u64::MAX, usize::MAX).await;
+    let chunks = s.store.read_chunks(&s.registry.enter(&path), &new.incarnation, 0, u64::MAX, usize::MAX).await;
     assert!(chunks.expect("read_chunks").is_empty(), "the new incarnation starts empty");
-    let producer = s.store.read_producer(&path, &new.incarnation, "p").await.expect("read_producer");
+    let producer = s.store.read_producer(&s.registry.enter(&path), &new.incarnation, "p").await.expect("read_producer");
     assert_eq!(producer, None, "the new incarnation has no producers");
     let first = append(&s, &path, Bytes::from_static(b"new"), None).await;
     assert_eq!(first.position, 0);

@@ -6,8 +6,8 @@ use ds_protocol::headers::{content_types_match, is_json, ProducerHeaders};
 use ds_protocol::json::{self, EmptyArray};
 use ds_protocol::producer::{decide, Decision, State};
 
-use super::{Plan, Reads, ServiceError, ServiceResult, StreamService};
-use crate::{Chunk, Commit, Expect, Op, ProducerState, ProducerTriple, StreamMeta};
+use super::{Plan, Predicted, Reads, ServiceError, ServiceResult, StreamService};
+use crate::{Chunk, Commit, Expect, Op, ProducerState, ProducerTriple, StreamHandle, StreamMeta};
 
 #[derive(Debug, Clone)]
 pub struct AppendRequest {
@@ -44,35 +44,26 @@ impl StreamService {
         if req.body.is_empty() && !req.close {
             return Err(ServiceError::BadRequest("empty body (only a close may be empty)".into()));
         }
-        let _lease = self.sub.registry.enter(&req.path);
-        self.mutate(&req.path, |reads| self.plan_append(&req, reads)).await
+        let stream = self.sub.registry.enter(&req.path);
+        self.mutate(&stream, |reads| self.plan_append(&stream, &req, reads)).await
     }
 
-    async fn plan_append(&self, req: &AppendRequest, reads: Reads) -> ServiceResult<Plan<AppendOutcome>> {
-        let meta = self.live_meta(&req.path, reads).await?;
+    async fn plan_append(
+        &self,
+        stream: &StreamHandle,
+        req: &AppendRequest,
+        reads: Reads,
+    ) -> ServiceResult<Plan<AppendOutcome>> {
+        let meta = self.live_meta(stream, reads).await?;
 
         // Producer fencing and dedup come first: a zombie learns it is fenced
         // and a retry learns it succeeded, whatever else changed since.
-        let mut accepted = None;
-        if let Some(p) = &req.producer {
-            let state = self
-                .producer_for_update(&meta, &p.id, reads)
-                .await?
-                .map(|s| State { epoch: s.epoch, last_seq: s.last_seq });
-            match decide(state, p) {
-                Decision::StaleEpoch { current } => return Err(ServiceError::StaleEpoch { current }),
-                Decision::Duplicate { epoch, last_seq } => {
-                    return Ok(Plan::Done(AppendOutcome::Duplicate { meta, producer: State { epoch, last_seq } }))
-                }
-                Decision::Accept { next } => accepted = Some(next),
-                Decision::NewEpochNonZeroSeq | Decision::Gap { .. } if meta.closed => {}
-                Decision::NewEpochNonZeroSeq => {
-                    return Err(ServiceError::BadRequest("a new producer epoch must start at Producer-Seq 0".into()))
-                }
-                Decision::Gap { expected, received } => return Err(ServiceError::SeqGap { expected, received }),
+        let accepted = match self.check_producer(stream, &meta, req, reads).await? {
+            ProducerCheck::Accept(next) => next,
+            ProducerCheck::Duplicate(producer) => {
+                return Ok(Plan::Done(AppendOutcome::Duplicate { meta, producer }));
             }
-        }
-
+        };
         if meta.closed {
             return if req.body.is_empty() && req.close {
                 Ok(Plan::Done(AppendOutcome::AlreadyClosed { meta }))
@@ -80,33 +71,52 @@ impl StreamService {
                 Err(ServiceError::StreamClosed { tail: meta.tail })
             };
         }
-
-        let data = if req.body.is_empty() {
-            Bytes::new()
-        } else {
-            let Some(ct) = req.content_type.as_deref() else {
-                return Err(ServiceError::BadRequest("Content-Type is required with a body".into()));
-            };
-            ds_protocol::headers::validate_content_type(ct)?;
-            if !content_types_match(ct, &meta.content_type) {
-                return Err(ServiceError::Conflict(format!(
-                    "Content-Type {ct:?} does not match the stream's {:?}",
-                    meta.content_type
-                )));
-            }
-            if is_json(&meta.content_type) {
-                json::frame_messages(&req.body, EmptyArray::Reject)?
-            } else {
-                req.body.clone()
-            }
-        };
-
+        let data = frame_body(req, &meta)?;
         if let (Some(seq), Some(last)) = (&req.seq, &meta.last_stream_seq) {
             if seq.as_bytes() <= last.as_bytes() {
                 return Err(ServiceError::Conflict(format!("Stream-Seq {seq:?} is not greater than {last:?}")));
             }
         }
+        Ok(self.append_plan(req, meta, data, accepted))
+    }
 
+    /// The producer's verdict on this request (`Accept(None)` without a
+    /// producer, or when a closed stream will answer instead).
+    async fn check_producer(
+        &self,
+        stream: &StreamHandle,
+        meta: &StreamMeta,
+        req: &AppendRequest,
+        reads: Reads,
+    ) -> ServiceResult<ProducerCheck> {
+        let Some(p) = &req.producer else {
+            return Ok(ProducerCheck::Accept(None));
+        };
+        let state = self
+            .producer_for_update(stream, meta, &p.id, reads)
+            .await?
+            .map(|s| State { epoch: s.epoch, last_seq: s.last_seq });
+        match decide(state, p) {
+            Decision::StaleEpoch { current } => Err(ServiceError::StaleEpoch { current }),
+            Decision::Duplicate { epoch, last_seq } => Ok(ProducerCheck::Duplicate(State { epoch, last_seq })),
+            Decision::Accept { next } => Ok(ProducerCheck::Accept(Some(next))),
+            // A closed stream answers these (409 closed, or the close retry).
+            Decision::NewEpochNonZeroSeq | Decision::Gap { .. } if meta.closed => Ok(ProducerCheck::Accept(None)),
+            Decision::NewEpochNonZeroSeq => {
+                Err(ServiceError::BadRequest("a new producer epoch must start at Producer-Seq 0".into()))
+            }
+            Decision::Gap { expected, received } => Err(ServiceError::SeqGap { expected, received }),
+        }
+    }
+
+    /// The commit of a validated append: next meta, chunk, producer state.
+    fn append_plan(
+        &self,
+        req: &AppendRequest,
+        meta: StreamMeta,
+        data: Bytes,
+        accepted: Option<State>,
+    ) -> Plan<AppendOutcome> {
         let mut next = meta.clone();
         next.version += 1;
         next.tail += data.len() as u64;
@@ -128,24 +138,54 @@ impl StreamService {
                 chunk: Chunk { start: meta.tail, data },
             });
         }
-        if let (Some(p), Some(state)) = (&req.producer, accepted) {
-            commit.push(Op::PutProducer {
-                path: meta.path.clone(),
-                incarnation: meta.incarnation.clone(),
-                producer_id: p.id.clone(),
-                state: ProducerState { epoch: state.epoch, last_seq: state.last_seq },
-            });
-        }
         let producer = match (&req.producer, accepted) {
             (Some(p), Some(s)) => Some((p.id.clone(), ProducerState { epoch: s.epoch, last_seq: s.last_seq })),
             _ => None,
         };
-        Ok(Plan::Commit {
+        if let Some((id, state)) = &producer {
+            commit.push(Op::PutProducer {
+                path: meta.path.clone(),
+                incarnation: meta.incarnation,
+                producer_id: id.clone(),
+                state: *state,
+            });
+        }
+        Plan::Commit {
             commit,
             publish: vec![next.clone()],
             deleted: Vec::new(),
-            speculate: Some((next.clone(), producer)),
+            predicted: Some(Predicted { meta: next.clone(), producer }),
             value: AppendOutcome::Appended { meta: next, producer: accepted },
-        })
+        }
+    }
+}
+
+/// What the producer headers decided.
+enum ProducerCheck {
+    /// Go on; `Some`: the producer state this append moves to.
+    Accept(Option<State>),
+    /// A retry of something already applied.
+    Duplicate(State),
+}
+
+/// The bytes to store: the body as is, or JSON messages framed one per line.
+fn frame_body(req: &AppendRequest, meta: &StreamMeta) -> ServiceResult<Bytes> {
+    if req.body.is_empty() {
+        return Ok(Bytes::new());
+    }
+    let Some(ct) = req.content_type.as_deref() else {
+        return Err(ServiceError::BadRequest("Content-Type is required with a body".into()));
+    };
+    ds_protocol::headers::validate_content_type(ct)?;
+    if !content_types_match(ct, &meta.content_type) {
+        return Err(ServiceError::Conflict(format!(
+            "Content-Type {ct:?} does not match the stream's {:?}",
+            meta.content_type
+        )));
+    }
+    if is_json(&meta.content_type) {
+        Ok(json::frame_messages(&req.body, EmptyArray::Reject)?)
+    } else {
+        Ok(req.body.clone())
     }
 }

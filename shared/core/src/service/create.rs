@@ -9,7 +9,7 @@ use ds_protocol::{path, Offset};
 
 use super::read::Cut;
 use super::{Plan, ServiceError, ServiceResult, StreamService};
-use crate::{Chunk, Commit, Expect, ForkOrigin, Op, StreamMeta};
+use crate::{Chunk, Commit, Expect, ForkOrigin, Op, StreamHandle, StreamMeta};
 
 /// Content type of a stream created without one.
 pub const DEFAULT_CONTENT_TYPE: &str = "application/octet-stream";
@@ -41,23 +41,23 @@ pub struct CreateOutcome {
 impl StreamService {
     pub async fn create(&self, req: CreateRequest) -> ServiceResult<CreateOutcome> {
         path::validate(&req.path)?;
-        let _lease = self.sub.registry.enter(&req.path);
+        let stream = self.sub.registry.enter(&req.path);
         if let Some(fork) = &req.fork {
             path::validate(&fork.source)?;
             if fork.source == req.path {
                 return Err(ServiceError::BadRequest("a stream cannot fork itself".into()));
             }
         }
-        let outcome = self.mutate(&req.path, |_| self.plan_create(&req)).await?;
+        let outcome = self.mutate(&stream, |_| self.plan_create(&stream, &req)).await?;
         if outcome.created {
             self.arm_expiry(&outcome.meta).await;
         }
         Ok(outcome)
     }
 
-    async fn plan_create(&self, req: &CreateRequest) -> ServiceResult<Plan<CreateOutcome>> {
+    async fn plan_create(&self, stream: &StreamHandle, req: &CreateRequest) -> ServiceResult<Plan<CreateOutcome>> {
         let now = self.now_ms();
-        if let Some(existing) = self.sub.store.read_meta(&req.path).await? {
+        if let Some(existing) = self.sub.store.read_meta(stream).await? {
             if existing.soft_deleted {
                 return Err(ServiceError::Conflict(
                     "a deleted stream still referenced by forks holds this path".into(),
@@ -127,7 +127,7 @@ impl StreamService {
             publish,
             deleted: Vec::new(),
             value: CreateOutcome { created: true, meta },
-            speculate: None,
+            predicted: None,
         })
     }
 
@@ -198,7 +198,8 @@ impl StreamService {
             return Ok((source, anchor));
         }
         // The sub-offset counts into the one append that starts at the anchor.
-        let pieces = self.read_pieces(&source, anchor, 1, Cut::Never).await?;
+        let source_stream = StreamHandle::detached(&source.path);
+        let pieces = self.read_pieces(&source_stream, &source, anchor, 1, Cut::Never).await?;
         let first = pieces.first().map(|p| p.as_ref()).unwrap_or_default();
         let overshoot = || ServiceError::BadRequest("Stream-Fork-Sub-Offset is past the next data boundary".into());
         let skip = if is_json(&source.content_type) {

@@ -13,16 +13,19 @@ impl StreamService {
     /// HEAD: metadata without touching the TTL.
     pub async fn head(&self, path: &str) -> ServiceResult<StreamMeta> {
         ds_protocol::path::validate(path)?;
-        let _lease = self.sub.registry.enter(path);
-        self.read_live_meta(path).await
+        let stream = self.sub.registry.enter(path);
+        self.read_live_meta(&stream).await
     }
 
     pub async fn delete(&self, path: &str) -> ServiceResult<()> {
         ds_protocol::path::validate(path)?;
-        let _lease = self.sub.registry.enter(path);
-        self.mutate(path, |reads| async move {
-            let meta = self.live_meta(path, reads).await?;
-            self.plan_delete(meta).await
+        let stream = self.sub.registry.enter(path);
+        self.mutate(&stream, |reads| {
+            let stream = &stream;
+            async move {
+                let meta = self.live_meta(stream, reads).await?;
+                self.plan_delete(meta).await
+            }
         })
         .await
     }
@@ -37,7 +40,7 @@ impl StreamService {
             soft.soft_deleted = true;
             soft.version += 1;
             commit.push(Op::PutMeta { meta: soft.clone(), expect: Expect::Version(meta.version) });
-            return Ok(Plan::Commit { commit, publish: Vec::new(), deleted: vec![soft], value: (), speculate: None });
+            return Ok(Plan::Commit { commit, publish: Vec::new(), deleted: vec![soft], value: (), predicted: None });
         }
         let mut deleted = vec![meta.clone()];
         commit.push(Op::DeleteStream {
@@ -50,7 +53,8 @@ impl StreamService {
             let Some(origin) = child.fork.clone() else {
                 break;
             };
-            let Some(source) = self.sub.store.read_meta(&origin.source).await? else {
+            let source_stream = self.sub.registry.enter(&origin.source);
+            let Some(source) = self.sub.store.read_meta(&source_stream).await? else {
                 break;
             };
             if source.incarnation != origin.source_incarnation {
@@ -72,7 +76,7 @@ impl StreamService {
                 break;
             }
         }
-        Ok(Plan::Commit { commit, publish: Vec::new(), deleted, value: (), speculate: None })
+        Ok(Plan::Commit { commit, publish: Vec::new(), deleted, value: (), predicted: None })
     }
 
     /// Remove an expired stream (best effort: a failure leaves it for the
@@ -83,11 +87,12 @@ impl StreamService {
     }
 
     async fn expire_inner(&self, meta: &StreamMeta) {
-        let path = meta.path.clone();
+        let stream = self.sub.registry.enter(&meta.path);
+        let path = stream.path();
         let incarnation = meta.incarnation.clone();
         let result = self
-            .mutate(&path, |_| async {
-                match self.sub.store.read_meta(&path).await? {
+            .mutate(&stream, |_| async {
+                match self.sub.store.read_meta(&stream).await? {
                     Some(m) if m.incarnation == incarnation && !m.soft_deleted && m.is_expired(self.now_ms()) => {
                         self.plan_delete(m).await
                     }
@@ -103,8 +108,8 @@ impl StreamService {
     /// An expiry alarm fired for `(path, incarnation)`: delete the stream if
     /// it has expired, or re-arm for its (moved) deadline.
     pub async fn run_expiry(&self, path: &str, incarnation: &str) -> ServiceResult<()> {
-        let _lease = self.sub.registry.enter(path);
-        let Some(meta) = self.sub.store.read_meta(path).await? else {
+        let stream = self.sub.registry.enter(path);
+        let Some(meta) = self.sub.store.read_meta(&stream).await? else {
             return Ok(());
         };
         if meta.incarnation != incarnation || meta.soft_deleted {

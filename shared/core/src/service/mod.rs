@@ -23,7 +23,7 @@ pub use error::{ServiceError, ServiceResult};
 pub use read::{LiveMode, ReadOutcome, ReadRequest};
 pub use sse::SseStream;
 
-use crate::{Commit, StoreError, StreamMeta, Substrate};
+use crate::{Commit, StoreError, StreamHandle, StreamMeta, Substrate};
 
 /// Tunables of the core; the binaries map flags and env vars onto this.
 #[derive(Debug, Clone)]
@@ -86,14 +86,26 @@ pub(crate) enum Reads {
 /// What a mutation's validate step decided.
 pub(crate) enum Plan<T> {
     /// Commit these writes, then publish the new meta of `publish` paths and return `T`.
-    Commit { commit: Commit, publish: Vec<StreamMeta>, deleted: Vec<StreamMeta>, value: T, speculate: Speculate },
+    Commit {
+        commit: Commit,
+        publish: Vec<StreamMeta>,
+        deleted: Vec<StreamMeta>,
+        value: T,
+        /// Appends only: the state to plan the next append on while this
+        /// commit is in flight.
+        predicted: Option<Predicted>,
+    },
     /// Nothing to write; return `T` as is.
     Done(T),
 }
 
 /// The state an append predicts for its stream (and producer) once its
 /// commit applies; recorded while the commit is in flight.
-pub(crate) type Speculate = Option<(StreamMeta, Option<(String, crate::ProducerState)>)>;
+pub(crate) struct Predicted {
+    pub meta: StreamMeta,
+    /// The producer the append advances: `(producer id, its new state)`.
+    pub producer: Option<(String, crate::ProducerState)>,
+}
 
 impl StreamService {
     /// The service over `sub`. `cfg.max_read_bytes` is clamped to the
@@ -184,15 +196,16 @@ impl StreamService {
     /// substrate's cached reads; any outcome that commits nothing (`Done` or
     /// an error) is re-planned with consistent reads before it is answered,
     /// because only a commit's precondition can vouch for a cached read.
-    pub(crate) async fn mutate<T, F, Fut>(&self, path: &str, mut plan: F) -> ServiceResult<T>
+    pub(crate) async fn mutate<T, F, Fut>(&self, stream: &StreamHandle, mut plan: F) -> ServiceResult<T>
     where
         F: FnMut(Reads) -> Fut,
         Fut: std::future::Future<Output = ServiceResult<Plan<T>>>,
     {
+        let path = stream.path();
         let mut attempt = 0u32;
         loop {
             attempt += 1;
-            let guard = self.sub.mutex.lock(path).await;
+            let guard = self.sub.mutex.lock(stream).await;
             let first = plan(Reads::MayCache).await;
             let planned = if matches!(first, Ok(Plan::Commit { .. })) { first } else { plan(Reads::Consistent).await };
             let planned = match planned {
@@ -203,10 +216,10 @@ impl StreamService {
                 }
                 other => other?,
             };
-            let (commit, publish, deleted, value, speculate) = match planned {
+            let (commit, publish, deleted, value, predicted) = match planned {
                 Plan::Done(value) => return Ok(value),
-                Plan::Commit { commit, publish, deleted, value, speculate } => {
-                    (commit, publish, deleted, value, speculate)
+                Plan::Commit { commit, publish, deleted, value, predicted } => {
+                    (commit, publish, deleted, value, predicted)
                 }
             };
             // Submit under the lock (so submissions are ordered), then wait for
@@ -219,13 +232,13 @@ impl StreamService {
                     continue;
                 }
             };
-            if let Some((meta, producer)) = &speculate {
-                self.speculation.submitted(meta, producer.as_ref().map(|(id, s)| (id.as_str(), *s)));
+            if let Some(p) = &predicted {
+                self.speculation.submitted(&p.meta, p.producer.as_ref().map(|(id, s)| (id.as_str(), *s)));
             }
             drop(guard);
             let result = pending.await;
-            if let Some((meta, _)) = &speculate {
-                self.speculation.finished(&meta.path, result.is_ok());
+            if let Some(p) = &predicted {
+                self.speculation.finished(&p.meta.path, result.is_ok());
             }
             if let Err(e) = result {
                 self.retry_or_fail(path, attempt, e).await?;
@@ -262,19 +275,24 @@ impl StreamService {
 
     /// Meta for planning a mutation: the pipeline's prediction, else the
     /// store's (possibly cached) read; consistent reads go to the store.
-    pub(crate) async fn meta_for_update(&self, path: &str, reads: Reads) -> ServiceResult<Option<StreamMeta>> {
+    pub(crate) async fn meta_for_update(
+        &self,
+        stream: &StreamHandle,
+        reads: Reads,
+    ) -> ServiceResult<Option<StreamMeta>> {
         Ok(match reads {
-            Reads::MayCache => match self.speculation.meta(path) {
+            Reads::MayCache => match self.speculation.meta(stream.path()) {
                 Some(predicted) => Some(predicted),
-                None => self.sub.store.read_meta_for_update(path).await?,
+                None => self.sub.store.read_meta_for_update(stream).await?,
             },
-            Reads::Consistent => self.sub.store.read_meta(path).await?,
+            Reads::Consistent => self.sub.store.read_meta(stream).await?,
         })
     }
 
     /// Producer state for planning an append (see [`Self::meta_for_update`]).
     pub(crate) async fn producer_for_update(
         &self,
+        stream: &StreamHandle,
         meta: &StreamMeta,
         id: &str,
         reads: Reads,
@@ -283,16 +301,16 @@ impl StreamService {
         Ok(match reads {
             Reads::MayCache => match self.speculation.producer(&meta.path, &meta.incarnation, id) {
                 Some(predicted) => Some(predicted),
-                None => store.read_producer_for_update(&meta.path, &meta.incarnation, id).await?,
+                None => store.read_producer_for_update(stream, &meta.incarnation, id).await?,
             },
-            Reads::Consistent => store.read_producer(&meta.path, &meta.incarnation, id).await?,
+            Reads::Consistent => store.read_producer(stream, &meta.incarnation, id).await?,
         })
     }
 
     /// The live meta of `path`: absent → `NotFound`; soft-deleted → `Gone`;
     /// expired → `Expired` (a mutation re-plans after removing it).
-    pub(crate) async fn live_meta(&self, path: &str, reads: Reads) -> ServiceResult<StreamMeta> {
-        match self.meta_for_update(path, reads).await? {
+    pub(crate) async fn live_meta(&self, stream: &StreamHandle, reads: Reads) -> ServiceResult<StreamMeta> {
+        match self.meta_for_update(stream, reads).await? {
             None => Err(ServiceError::NotFound),
             Some(meta) if meta.soft_deleted => Err(ServiceError::Gone),
             Some(meta) if meta.is_expired(self.now_ms()) => Err(ServiceError::Expired(Box::new(meta))),
@@ -302,8 +320,8 @@ impl StreamService {
 
     /// [`Self::live_meta`] for reads (outside any lock): an expired stream is
     /// removed on the spot and reads as `NotFound`.
-    pub(crate) async fn read_live_meta(&self, path: &str) -> ServiceResult<StreamMeta> {
-        match self.live_meta(path, Reads::Consistent).await {
+    pub(crate) async fn read_live_meta(&self, stream: &StreamHandle) -> ServiceResult<StreamMeta> {
+        match self.live_meta(stream, Reads::Consistent).await {
             Err(ServiceError::Expired(meta)) => {
                 self.expire(&meta).await;
                 Err(ServiceError::NotFound)
@@ -313,9 +331,9 @@ impl StreamService {
     }
 
     /// Reset the sliding TTL on a read (writes reset it in their commit).
-    pub(crate) async fn touch(&self, meta: &StreamMeta) {
+    pub(crate) async fn touch(&self, stream: &StreamHandle, meta: &StreamMeta) {
         if meta.ttl_secs.is_some() && meta.expires_at_ms.is_none() {
-            if let Err(e) = self.sub.store.touch(&meta.path, &meta.incarnation, self.now_ms()).await {
+            if let Err(e) = self.sub.store.touch(stream, &meta.incarnation, self.now_ms()).await {
                 tracing::warn!(path = %meta.path, error = %e, "could not record access for TTL");
             }
         }

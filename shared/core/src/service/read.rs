@@ -10,7 +10,7 @@ use futures::FutureExt;
 use tokio::time::Instant;
 
 use super::{ServiceError, ServiceResult, StreamService};
-use crate::{StreamMeta, TailSignal};
+use crate::{StreamHandle, StreamMeta, TailSignal};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LiveMode {
@@ -57,14 +57,14 @@ pub(crate) enum Cut {
 impl StreamService {
     /// Catch-up or long-poll read (SSE goes through [`StreamService::sse`]).
     pub async fn read(&self, req: ReadRequest) -> ServiceResult<ReadOutcome> {
-        let _lease = self.sub.registry.enter(&req.path);
+        let stream = self.sub.registry.enter(&req.path);
         if req.live != LiveMode::None && req.offset.is_none() {
             return Err(ServiceError::BadRequest("live reads need an offset".into()));
         }
         // Subscribe before the first read so no append between them is missed.
-        let mut sub = (req.live == LiveMode::LongPoll).then(|| self.sub.hub.subscribe(&req.path));
-        let meta = self.read_live_meta(&req.path).await?;
-        self.touch(&meta).await;
+        let mut sub = (req.live == LiveMode::LongPoll).then(|| self.sub.hub.subscribe(&stream));
+        let meta = self.read_live_meta(&stream).await?;
+        self.touch(&stream, &meta).await;
         let at_now = req.offset == Some(ReadOffset::Now);
         let start = self.start_position(&meta, req.offset)?;
 
@@ -72,13 +72,13 @@ impl StreamService {
             return Ok(self.empty_outcome(meta, start, true));
         }
         let Some(sub) = sub.as_mut() else {
-            return self.read_at(meta, start).await;
+            return self.read_at(&stream, meta, start).await;
         };
         let deadline = Instant::now() + self.cfg.long_poll_timeout;
         let mut meta = meta;
         loop {
             if start < meta.tail {
-                return self.read_at(meta, start).await;
+                return self.read_at(&stream, meta, start).await;
             }
             if meta.closed {
                 let mut out = self.empty_outcome(meta, start, at_now);
@@ -90,7 +90,7 @@ impl StreamService {
                 out.no_content = true;
                 return Ok(out);
             }
-            meta = self.read_live_meta(&req.path).await?;
+            meta = self.read_live_meta(&stream).await?;
         }
     }
 
@@ -123,8 +123,8 @@ impl StreamService {
     }
 
     /// Read up to the configured budget from `start`.
-    async fn read_at(&self, meta: StreamMeta, start: u64) -> ServiceResult<ReadOutcome> {
-        let (raw, next) = self.read_bytes(&meta, start).await?;
+    async fn read_at(&self, stream: &StreamHandle, meta: StreamMeta, start: u64) -> ServiceResult<ReadOutcome> {
+        let (raw, next) = self.read_bytes(stream, &meta, start).await?;
         let body = if is_json(&meta.content_type) { json::render_array(&raw) } else { raw };
         let up_to_date = next >= meta.tail;
         let closed = meta.closed && up_to_date;
@@ -132,8 +132,13 @@ impl StreamService {
     }
 
     /// Stored bytes from `start` (JSON: framed messages), within the budget.
-    pub(crate) async fn read_bytes(&self, meta: &StreamMeta, start: u64) -> ServiceResult<(Bytes, u64)> {
-        let pieces = self.read_pieces(meta, start, self.cfg.max_read_bytes, Cut::AtBudget).await?;
+    pub(crate) async fn read_bytes(
+        &self,
+        stream: &StreamHandle,
+        meta: &StreamMeta,
+        start: u64,
+    ) -> ServiceResult<(Bytes, u64)> {
+        let pieces = self.read_pieces(stream, meta, start, self.cfg.max_read_bytes, Cut::AtBudget).await?;
         let len: usize = pieces.iter().map(Bytes::len).sum();
         let raw = if pieces.len() == 1 {
             pieces.into_iter().next().unwrap_or_default()
@@ -148,8 +153,10 @@ impl StreamService {
     /// The stream's bytes from `from`, one piece per stored append (slices of
     /// chunks), stitched across the fork chain: positions before a fork's
     /// base come from its source. Stops at `budget` bytes (see [`Cut`]).
+    /// `stream` is the handle of `meta`'s own path.
     pub(crate) fn read_pieces<'a>(
         &'a self,
+        stream: &'a StreamHandle,
         meta: &'a StreamMeta,
         from: u64,
         budget: usize,
@@ -172,7 +179,8 @@ impl StreamService {
                 };
                 // A fork read through another fork is bounded by both bases.
                 let limited = StreamMeta { tail: origin.base.min(source.tail).min(meta.tail), ..source };
-                for p in self.read_pieces(&limited, pos, budget, cut).await? {
+                let source_stream = StreamHandle::detached(&origin.source);
+                for p in self.read_pieces(&source_stream, &limited, pos, budget, cut).await? {
                     used += p.len();
                     pos += p.len() as u64;
                     pieces.push(p);
@@ -188,7 +196,7 @@ impl StreamService {
             let chunks = self
                 .sub
                 .store
-                .read_chunks(&meta.path, &meta.incarnation, pos, meta.tail, budget.saturating_sub(used).max(1))
+                .read_chunks(stream, &meta.incarnation, pos, meta.tail, budget.saturating_sub(used).max(1))
                 .await?;
             for chunk in chunks {
                 if used >= budget || pos >= meta.tail {

@@ -15,14 +15,14 @@ use rand::Rng;
 use tokio::time::Instant;
 
 use super::{ReadRequest, ServiceError, ServiceResult, StreamService};
-use crate::{HubSubscription, StreamMeta, TailSignal};
+use crate::{HubSubscription, StreamHandle, StreamMeta, TailSignal};
 
 /// The SSE body: framed events, ready to write.
 pub type SseStream = Pin<Box<dyn Stream<Item = Bytes> + Send>>;
 
 struct SseState {
     svc: StreamService,
-    path: String,
+    stream: StreamHandle,
     pos: u64,
     encoding: DataEncoding,
     json: bool,
@@ -35,19 +35,27 @@ struct SseState {
 }
 
 impl StreamService {
+    /// The `Stream-Cursor` of a live response (long-poll or SSE control
+    /// event), from the service's clock and the client's echoed cursor (§10.1).
+    pub fn live_cursor(&self, client_cursor: Option<&str>) -> String {
+        let jitter = rand::thread_rng().gen_range(1..=3600);
+        next_cursor(self.now_ms(), client_cursor, jitter)
+    }
+
     /// Open an SSE read. Errors (404, 410, 400) are returned before any byte
     /// is streamed; the returned meta describes the stream at open time.
     pub async fn sse(&self, req: ReadRequest, client_cursor: Option<String>) -> ServiceResult<(StreamMeta, SseStream)> {
         if req.offset.is_none() {
             return Err(ServiceError::BadRequest("SSE reads need an offset".into()));
         }
-        let sub = self.sub.hub.subscribe(&req.path);
-        let meta = self.read_live_meta(&req.path).await?;
-        self.touch(&meta).await;
+        let stream = self.sub.registry.enter(&req.path);
+        let sub = self.sub.hub.subscribe(&stream);
+        let meta = self.read_live_meta(&stream).await?;
+        self.touch(&stream, &meta).await;
         let pos = self.start_position(&meta, req.offset)?;
         let state = SseState {
             svc: self.clone(),
-            path: req.path.clone(),
+            stream,
             pos,
             encoding: DataEncoding::for_content_type(&meta.content_type),
             json: is_json(&meta.content_type),
@@ -76,7 +84,7 @@ impl StreamService {
 impl SseState {
     /// Queue the next events, or wait for the stream to move, or finish.
     async fn step(&mut self) {
-        let meta = match self.svc.read_live_meta(&self.path).await {
+        let meta = match self.svc.read_live_meta(&self.stream).await {
             Ok(meta) => meta,
             Err(_) => {
                 self.done = true; // deleted or expired: end the connection
@@ -84,10 +92,10 @@ impl SseState {
             }
         };
         if self.pos < meta.tail {
-            let (raw, next) = match self.svc.read_bytes(&meta, self.pos).await {
+            let (raw, next) = match self.svc.read_bytes(&self.stream, &meta, self.pos).await {
                 Ok(read) => read,
                 Err(e) => {
-                    tracing::warn!(path = %self.path, error = %e, "SSE read failed");
+                    tracing::warn!(path = %self.stream.path(), error = %e, "SSE read failed");
                     self.done = true;
                     return;
                 }
@@ -112,10 +120,7 @@ impl SseState {
     fn queue_control(&mut self, meta: &StreamMeta) {
         let up_to_date = self.pos >= meta.tail;
         let closed = meta.closed && up_to_date;
-        let cursor = (!closed).then(|| {
-            let jitter = rand::thread_rng().gen_range(1..=3600);
-            next_cursor(self.svc.now_ms(), self.client_cursor.as_deref(), jitter)
-        });
+        let cursor = (!closed).then(|| self.svc.live_cursor(self.client_cursor.as_deref()));
         let control = Control { next_offset: Offset(self.pos).to_string(), cursor, up_to_date, closed };
         self.pending.push_back(control_event(&control));
         if closed {

@@ -1,8 +1,8 @@
-//! Shared set-up of the AWS integration tests: the emulator endpoint from the
-//! environment (`make test` starts it), the resources, and substrate
-//! instances that behave like separate Lambda instances (own clients, own
-//! registry, one backing table/bucket).
-#![allow(dead_code)] // each test binary uses its own subset
+//! Set-up the AWS tests of every crate share (feature `test-util`): the
+//! emulator endpoint from the environment (`make test` starts it), the
+//! resources, substrate instances that behave like separate Lambda instances
+//! (own clients, own registry, one backing table/bucket), and the emulator's
+//! call counter.
 
 use std::collections::BTreeMap;
 
@@ -13,7 +13,8 @@ use aws_sdk_dynamodb::types::{
 };
 use ds_core::contract::SubstrateFactory;
 use ds_core::{ServiceConfig, StreamService, Substrate};
-use ds_store_aws::{AwsClients, AwsConfig, AwsSubstrate};
+
+use crate::{AwsClients, AwsConfig, AwsSubstrate};
 
 /// The emulator endpoint, or `None` (after a loud message) when the AWS
 /// tests cannot run here.
@@ -145,8 +146,13 @@ impl AwsFactory {
 
     /// A core service over a fresh instance.
     pub fn service(&self) -> (AwsSubstrate, StreamService) {
+        self.service_with(ServiceConfig::default())
+    }
+
+    /// A core service with `cfg` over a fresh instance.
+    pub fn service_with(&self, cfg: ServiceConfig) -> (AwsSubstrate, StreamService) {
         let aws = self.aws();
-        let svc = StreamService::new(aws.substrate(), ServiceConfig::default());
+        let svc = StreamService::new(aws.substrate(), cfg);
         (aws, svc)
     }
 }

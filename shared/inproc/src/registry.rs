@@ -3,7 +3,7 @@
 //!
 //! A [`StreamContext`] holds one stream's lock and wake-up channel. The map
 //! stores only `Weak` references: a context lives exactly as long as someone
-//! holds it (a lease, a lock guard or waiter, a hub subscription) and removes
+//! holds it (a [`StreamHandle`], a lock guard or waiter, a hub subscription) and removes
 //! its own map entry when the last holder drops it. So the number of live
 //! contexts is bounded by the streams in use, never by the streams ever seen.
 //!
@@ -14,7 +14,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 
-use ds_core::{StreamLease, StreamRegistry, TailSignal};
+use ds_core::{StreamHandle, StreamRegistry, TailSignal};
 use tokio::sync::watch;
 
 type ContextMap = HashMap<String, Weak<StreamContext>>;
@@ -82,11 +82,21 @@ impl InProcRegistry {
     pub(crate) fn existing(&self, path: &str) -> Option<Arc<StreamContext>> {
         lock_map(&self.map).get(path).and_then(Weak::upgrade)
     }
+
+    /// The context a handle carries, if it is one of this registry's;
+    /// otherwise (a detached handle, or another registry's) the live context
+    /// for its path.
+    pub(crate) fn context_of(&self, stream: &StreamHandle) -> Arc<StreamContext> {
+        match stream.context::<StreamContext>() {
+            Some(ctx) if std::ptr::eq(ctx.map.as_ptr(), Arc::as_ptr(&self.map)) => ctx,
+            _ => self.context(stream.path()),
+        }
+    }
 }
 
 impl StreamRegistry for InProcRegistry {
-    fn enter(&self, path: &str) -> StreamLease {
-        Box::new(self.context(path))
+    fn enter(&self, path: &str) -> StreamHandle {
+        StreamHandle::new(path, self.context(path))
     }
 
     fn live_contexts(&self) -> usize {
@@ -111,5 +121,18 @@ mod tests {
         assert_eq!(registry.live_contexts(), 1);
         assert!(registry.existing("a").is_none());
         assert_eq!(lock_map(&registry.map).len(), 1, "evicted entries leave the map");
+    }
+
+    #[test]
+    fn handles_reach_their_context_without_a_lookup_but_only_in_their_registry() {
+        let registry = InProcRegistry::new();
+        let other = InProcRegistry::new();
+        let a = registry.enter("a");
+        let mine = registry.context_of(&a);
+        assert!(Arc::ptr_eq(&mine, &registry.context("a")));
+        let theirs = other.context_of(&a);
+        assert!(!Arc::ptr_eq(&mine, &theirs), "another registry's handle is looked up by path");
+        let detached = registry.context_of(&StreamHandle::detached("a"));
+        assert!(Arc::ptr_eq(&mine, &detached));
     }
 }

@@ -12,7 +12,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use ds_core::{HubSubscription, StreamHub, TailSignal};
+use ds_core::{HubSubscription, StreamHandle, StreamHub, TailSignal};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -38,8 +38,8 @@ impl StreamHub for InProcHub {
         ctx.signal.send_modify(|current| merge(current, signal));
     }
 
-    fn subscribe(&self, path: &str) -> Box<dyn HubSubscription> {
-        let ctx = self.registry.context(path);
+    fn subscribe(&self, stream: &StreamHandle) -> Box<dyn HubSubscription> {
+        let ctx = self.registry.context_of(stream);
         // A new receiver has seen the current value: only later publishes wake it.
         let rx = ctx.signal.subscribe();
         Box::new(InProcSubscription { rx, _ctx: ctx })
@@ -57,14 +57,6 @@ fn merge(current: &mut Option<TailSignal>, new: TailSignal) {
     }
 }
 
-/// Whether `signal` may describe a stream state the reader has not seen.
-fn may_differ(signal: &TailSignal, seen: &TailSignal) -> bool {
-    signal.incarnation != seen.incarnation
-        || signal.tail > seen.tail
-        || (signal.closed && !seen.closed)
-        || (signal.deleted && !seen.deleted)
-}
-
 struct InProcSubscription {
     rx: watch::Receiver<Option<TailSignal>>,
     /// Keeps the context (and so the channel `rx` watches) registered.
@@ -79,7 +71,7 @@ impl HubSubscription for InProcSubscription {
                 Ok(Ok(())) => {
                     // A publish the reader already observed (it re-read the
                     // store after it) is not a reason to wake it again.
-                    if self.rx.borrow_and_update().as_ref().is_some_and(|s| may_differ(s, seen)) {
+                    if self.rx.borrow_and_update().as_ref().is_some_and(|s| s.is_news_to(seen)) {
                         return true;
                     }
                 }
@@ -115,7 +107,7 @@ mod tests {
     #[tokio::test]
     async fn stale_publish_does_not_wake_a_reader_that_saw_more() {
         let hub = InProcHub::new(Arc::new(InProcRegistry::new()));
-        let mut sub = hub.subscribe("p");
+        let mut sub = hub.subscribe(&StreamHandle::detached("p"));
         hub.publish("p", sig("a", 5));
         let deadline = Instant::now() + std::time::Duration::from_millis(50);
         assert!(!sub.changed(&sig("a", 5), deadline).await);

@@ -9,7 +9,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use ds_core::{MutexGuard, StreamMutex};
+use ds_core::{StreamGuard, StreamHandle, StreamMutex};
 
 use crate::registry::InProcRegistry;
 
@@ -26,11 +26,11 @@ impl InProcMutex {
 
 #[async_trait]
 impl StreamMutex for InProcMutex {
-    async fn lock(&self, path: &str) -> MutexGuard {
-        let ctx = self.registry.context(path);
+    async fn lock(&self, stream: &StreamHandle) -> StreamGuard {
+        let ctx = self.registry.context_of(stream);
         let guard = Arc::clone(&ctx.lock).lock_owned().await;
         // Tuple fields drop in order: the lock is released before the context
         // reference, so the context (and its map entry) outlive the guard.
-        Box::new((guard, ctx))
+        StreamGuard::new((guard, ctx))
     }
 }

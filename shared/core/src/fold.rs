@@ -1,0 +1,279 @@
+//! The commit rules, written once: what a [`Commit`] means for the stored
+//! rows, as a pure fold every substrate calls.
+//!
+//! A substrate applies a commit in two steps:
+//! 1. [`NetWrites::fold`] folds the ops, in order, into the **net writes**:
+//!    per stream meta the precondition on the *stored* record (the first op's)
+//!    and the effect (the last op's); the chunks and producer states to store;
+//!    the incarnations whose rows the commit wipes. Preconditions of later ops
+//!    on the same meta are checked here, against the state left by the earlier
+//!    ops — a commit that contradicts itself fails without touching storage.
+//! 2. The substrate checks the stored-state preconditions atomically with
+//!    applying the writes: memory and local call [`NetWrites::check`] against
+//!    a [`StateView`] of their state inside their write lock / transaction;
+//!    AWS turns each [`MetaCond`] into a DynamoDB condition expression.
+//!
+//! # Semantics
+//! - Ops are evaluated **in order**, each against the state left by the ops
+//!   before it (so `DeleteStream` then `PutMeta { expect: Absent }` on one path
+//!   re-creates it; the net write is one conditional put).
+//! - `PutMeta { expect: Absent }` holds when no meta record exists;
+//!   `PutMeta { expect: Version(v) }` when the record exists with version `v`
+//!   **and** the incarnation of the meta being written (a stale writer never
+//!   resurrects a deleted incarnation over a re-created stream that happens to
+//!   reach the same version).
+//! - `DeleteStream` holds when the record exists with `expect_version` and the
+//!   named incarnation. It wipes the incarnation's chunks and producer states,
+//!   including those written by earlier ops of the same commit.
+//! - `PutChunk` holds when the chunk overlaps no stored chunk of its
+//!   `(path, incarnation)` (unless the commit wiped that incarnation first)
+//!   and no earlier chunk of the commit: positions are stable forever, so an
+//!   overlapping write can only come from a stale writer. Empty chunks hold
+//!   and are not stored.
+//! - `PutProducer` has no precondition; the last write per producer wins.
+//!
+//! If any op fails, the whole commit fails with [`StoreError::Conflict`] and
+//! nothing is applied.
+
+use std::collections::HashMap;
+
+use bytes::Bytes;
+
+use crate::{Commit, Expect, Op, ProducerState, StoreError, StreamMeta};
+
+/// The stored state a commit's preconditions are checked against (memory
+/// and local stores implement it over their state inside the write lock).
+pub trait StateView {
+    /// `(version, incarnation)` of the stored meta record at `path`.
+    fn meta_version(&self, path: &str) -> Result<Option<(u64, String)>, StoreError>;
+    /// Whether a stored chunk of `(path, incarnation)` overlaps `[start, end)`
+    /// (`start < end`).
+    fn chunk_overlaps(&self, path: &str, incarnation: &str, start: u64, end: u64) -> Result<bool, StoreError>;
+}
+
+/// Precondition on a stream's stored meta record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MetaCond {
+    /// No meta record exists.
+    Absent,
+    /// The record exists with this version *and* incarnation.
+    Version { version: u64, incarnation: String },
+}
+
+impl MetaCond {
+    fn holds(&self, stored: Option<(u64, &str)>) -> bool {
+        match (self, stored) {
+            (Self::Absent, None) => true,
+            (Self::Version { version, incarnation }, Some((v, inc))) => *version == v && incarnation == inc,
+            _ => false,
+        }
+    }
+}
+
+/// The net effect of a commit on one stream's meta record.
+#[derive(Debug, Clone, PartialEq)]
+pub enum MetaEffect {
+    Put(Box<StreamMeta>),
+    Delete,
+    /// Net no-op (created and deleted in one commit): only the precondition
+    /// is checked.
+    CheckOnly,
+}
+
+/// A meta record write: precondition on the stored record, net effect.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MetaWrite {
+    pub path: String,
+    pub cond: MetaCond,
+    pub effect: MetaEffect,
+}
+
+/// A chunk to store.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChunkWrite {
+    pub path: String,
+    pub incarnation: String,
+    pub start: u64,
+    pub data: Bytes,
+    /// Whether the stored chunks of its incarnation must be checked for
+    /// overlap (false when the commit wiped that incarnation before it).
+    pub check_stored: bool,
+}
+
+impl ChunkWrite {
+    pub fn end(&self) -> u64 {
+        self.start + self.data.len() as u64
+    }
+}
+
+/// A producer state to store.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProducerWrite {
+    pub path: String,
+    pub incarnation: String,
+    pub producer_id: String,
+    pub state: ProducerState,
+}
+
+/// Everything one commit writes (see the module docs). Apply order: wipes
+/// first, then metas, chunks and producers.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct NetWrites {
+    /// At most one per path, in the order the paths first appear.
+    pub metas: Vec<MetaWrite>,
+    pub chunks: Vec<ChunkWrite>,
+    /// At most one per `(path, incarnation, producer id)`.
+    pub producers: Vec<ProducerWrite>,
+    /// `(path, incarnation)` whose stored chunks and producer states the
+    /// commit removes (a `DeleteStream`).
+    pub wiped: Vec<(String, String)>,
+}
+
+/// One path's meta while folding.
+struct Staged {
+    /// Index into `NetWrites::metas`.
+    index: usize,
+    /// The record as left by the ops so far: `(version, incarnation)`.
+    state: Option<(u64, String)>,
+}
+
+impl NetWrites {
+    /// Fold `commit` into its net writes, checking the preconditions the
+    /// commit's own ops impose on each other.
+    pub fn fold(commit: &Commit) -> Result<Self, StoreError> {
+        let mut out = Self::default();
+        let mut staged: HashMap<&str, Staged> = HashMap::new();
+        for op in &commit.ops {
+            match op {
+                Op::PutMeta { meta, expect } => out.fold_put_meta(&mut staged, meta, *expect)?,
+                Op::DeleteStream { path, incarnation, expect_version } => {
+                    out.fold_delete(&mut staged, path, incarnation, *expect_version)?;
+                }
+                Op::PutChunk { path, incarnation, chunk } => {
+                    if chunk.data.is_empty() {
+                        continue;
+                    }
+                    let w = ChunkWrite {
+                        path: path.clone(),
+                        incarnation: incarnation.clone(),
+                        start: chunk.start,
+                        data: chunk.data.clone(),
+                        check_stored: !out.wiped.iter().any(|(p, i)| p == path && i == incarnation),
+                    };
+                    let overlaps = out.chunks.iter().any(|c| {
+                        c.path == w.path && c.incarnation == w.incarnation && c.start < w.end() && w.start < c.end()
+                    });
+                    if overlaps {
+                        return Err(StoreError::Conflict);
+                    }
+                    out.chunks.push(w);
+                }
+                Op::PutProducer { path, incarnation, producer_id, state } => {
+                    out.producers.retain(|p| {
+                        !(p.path == *path && p.incarnation == *incarnation && p.producer_id == *producer_id)
+                    });
+                    out.producers.push(ProducerWrite {
+                        path: path.clone(),
+                        incarnation: incarnation.clone(),
+                        producer_id: producer_id.clone(),
+                        state: *state,
+                    });
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    fn fold_put_meta<'c>(
+        &mut self,
+        staged: &mut HashMap<&'c str, Staged>,
+        meta: &'c StreamMeta,
+        expect: Expect,
+    ) -> Result<(), StoreError> {
+        let cond = match expect {
+            Expect::Absent => MetaCond::Absent,
+            Expect::Version(version) => MetaCond::Version { version, incarnation: meta.incarnation.clone() },
+        };
+        let next = Some((meta.version, meta.incarnation.clone()));
+        let effect = MetaEffect::Put(Box::new(meta.clone()));
+        match staged.get_mut(meta.path.as_str()) {
+            None => {
+                staged.insert(&meta.path, Staged { index: self.metas.len(), state: next });
+                self.metas.push(MetaWrite { path: meta.path.clone(), cond, effect });
+            }
+            Some(s) => {
+                if !cond.holds(s.state.as_ref().map(|(v, i)| (*v, i.as_str()))) {
+                    return Err(StoreError::Conflict);
+                }
+                s.state = next;
+                self.metas[s.index].effect = effect;
+            }
+        }
+        Ok(())
+    }
+
+    fn fold_delete<'c>(
+        &mut self,
+        staged: &mut HashMap<&'c str, Staged>,
+        path: &'c str,
+        incarnation: &str,
+        expect_version: u64,
+    ) -> Result<(), StoreError> {
+        let cond = MetaCond::Version { version: expect_version, incarnation: incarnation.to_owned() };
+        match staged.get_mut(path) {
+            None => {
+                staged.insert(path, Staged { index: self.metas.len(), state: None });
+                self.metas.push(MetaWrite { path: path.to_owned(), cond, effect: MetaEffect::Delete });
+            }
+            Some(s) => {
+                if !cond.holds(s.state.as_ref().map(|(v, i)| (*v, i.as_str()))) {
+                    return Err(StoreError::Conflict);
+                }
+                s.state = None;
+                let write = &mut self.metas[s.index];
+                // Deleting what this commit created leaves nothing to delete.
+                write.effect = if write.cond == MetaCond::Absent { MetaEffect::CheckOnly } else { MetaEffect::Delete };
+            }
+        }
+        // The wipe removes the incarnation's rows, this commit's included.
+        self.chunks.retain(|c| !(c.path == path && c.incarnation == incarnation));
+        self.producers.retain(|p| !(p.path == path && p.incarnation == incarnation));
+        self.wiped.push((path.to_owned(), incarnation.to_owned()));
+        Ok(())
+    }
+
+    /// Check the preconditions on stored state. `Ok(())` means every write
+    /// may be applied; call it atomically with applying them.
+    pub fn check(&self, view: &impl StateView) -> Result<(), StoreError> {
+        for m in &self.metas {
+            let stored = view.meta_version(&m.path)?;
+            if !m.cond.holds(stored.as_ref().map(|(v, i)| (*v, i.as_str()))) {
+                return Err(StoreError::Conflict);
+            }
+        }
+        for c in self.chunks.iter().filter(|c| c.check_stored) {
+            if view.chunk_overlaps(&c.path, &c.incarnation, c.start, c.end())? {
+                return Err(StoreError::Conflict);
+            }
+        }
+        Ok(())
+    }
+
+    /// Nothing to write (every op was an empty chunk).
+    pub fn is_empty(&self) -> bool {
+        self.metas.is_empty() && self.chunks.is_empty() && self.producers.is_empty() && self.wiped.is_empty()
+    }
+
+    /// Number of stored records the writes touch (metas, chunks, producers).
+    pub fn record_count(&self) -> usize {
+        self.metas.len() + self.chunks.len() + self.producers.len()
+    }
+
+    /// Total chunk payload bytes.
+    pub fn chunk_bytes(&self) -> usize {
+        self.chunks.iter().map(|c| c.data.len()).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests;

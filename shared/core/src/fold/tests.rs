@@ -1,0 +1,143 @@
+use std::collections::HashMap;
+
+use bytes::Bytes;
+
+use super::*;
+use crate::Chunk;
+
+/// Stored metas by path, and stored chunks as (path, incarnation, start, end).
+#[derive(Default)]
+struct View(HashMap<String, (u64, String)>, Vec<(String, String, u64, u64)>);
+
+impl StateView for View {
+    fn meta_version(&self, path: &str) -> Result<Option<(u64, String)>, StoreError> {
+        Ok(self.0.get(path).cloned())
+    }
+    fn chunk_overlaps(&self, p: &str, i: &str, start: u64, end: u64) -> Result<bool, StoreError> {
+        Ok(self.1.iter().any(|(cp, ci, s, e)| cp == p && ci == i && *s < end && start < *e))
+    }
+}
+
+fn stored(path: &str, version: u64, incarnation: &str) -> View {
+    View(HashMap::from([(path.to_owned(), (version, incarnation.to_owned()))]), Vec::new())
+}
+
+fn meta(path: &str, incarnation: &str, version: u64) -> StreamMeta {
+    StreamMeta {
+        path: path.into(),
+        incarnation: incarnation.into(),
+        version,
+        content_type: "x".into(),
+        created_at_ms: 0,
+        tail: 0,
+        closed: false,
+        closed_by: None,
+        ttl_secs: None,
+        expires_at_ms: None,
+        touched_at_ms: 0,
+        last_stream_seq: None,
+        fork: None,
+        ref_count: 0,
+        soft_deleted: false,
+    }
+}
+
+fn put(m: StreamMeta, expect: Expect) -> Op {
+    Op::PutMeta { meta: m, expect }
+}
+
+fn delete(path: &str, incarnation: &str, expect_version: u64) -> Op {
+    Op::DeleteStream { path: path.into(), incarnation: incarnation.into(), expect_version }
+}
+
+fn chunk(incarnation: &str, start: u64, len: usize) -> Op {
+    Op::PutChunk {
+        path: "a".into(),
+        incarnation: incarnation.into(),
+        chunk: Chunk { start, data: Bytes::from(vec![0u8; len]) },
+    }
+}
+
+fn producer(incarnation: &str, seq: u64) -> Op {
+    Op::PutProducer {
+        path: "a".into(),
+        incarnation: incarnation.into(),
+        producer_id: "p".into(),
+        state: ProducerState { epoch: 0, last_seq: seq },
+    }
+}
+
+/// Fold, then check against `view`: whether the commit would apply.
+fn applies(view: &View, ops: Vec<Op>) -> bool {
+    NetWrites::fold(&Commit { ops }).and_then(|w| w.check(view)).is_ok()
+}
+
+#[test]
+fn version_expectations_are_per_incarnation() {
+    let view = stored("a", 3, "new");
+    assert!(applies(&view, vec![put(meta("a", "new", 4), Expect::Version(3))]));
+    assert!(!applies(&view, vec![put(meta("a", "old", 4), Expect::Version(3))]));
+    assert!(!applies(&view, vec![put(meta("a", "new", 4), Expect::Version(2))]));
+    assert!(!applies(&view, vec![put(meta("a", "new", 0), Expect::Absent)]));
+    assert!(applies(&View::default(), vec![put(meta("a", "new", 0), Expect::Absent)]));
+}
+
+#[test]
+fn delete_then_create_folds_into_one_conditional_put() {
+    let w = NetWrites::fold(&Commit { ops: vec![delete("a", "old", 4), put(meta("a", "new", 0), Expect::Absent)] })
+        .expect("folds");
+    assert_eq!(w.metas.len(), 1);
+    assert_eq!(w.metas[0].cond, MetaCond::Version { version: 4, incarnation: "old".into() });
+    assert!(matches!(&w.metas[0].effect, MetaEffect::Put(m) if m.incarnation == "new"));
+    assert_eq!(w.wiped, vec![("a".to_owned(), "old".to_owned())]);
+    assert!(w.check(&stored("a", 4, "old")).is_ok());
+    assert!(w.check(&stored("a", 4, "other")).is_err());
+}
+
+#[test]
+fn later_ops_are_checked_against_the_earlier_ones() {
+    let view = stored("a", 3, "old");
+    assert!(!applies(&view, vec![delete("a", "old", 3), delete("a", "old", 3)]));
+    let twice = vec![put(meta("a", "i", 1), Expect::Version(0)), put(meta("a", "i", 2), Expect::Version(0))];
+    assert!(matches!(NetWrites::fold(&Commit { ops: twice }), Err(StoreError::Conflict)));
+}
+
+#[test]
+fn create_then_delete_only_checks() {
+    let w = NetWrites::fold(&Commit {
+        ops: vec![put(meta("a", "i", 0), Expect::Absent), chunk("i", 0, 3), delete("a", "i", 0)],
+    })
+    .expect("folds");
+    assert_eq!(w.metas[0].effect, MetaEffect::CheckOnly);
+    assert_eq!(w.metas[0].cond, MetaCond::Absent);
+    assert!(w.chunks.is_empty(), "the wipe removes the commit's own chunks of that incarnation");
+}
+
+#[test]
+fn overlapping_chunks_conflict_but_adjacent_ones_do_not() {
+    let view = View(HashMap::new(), vec![("a".to_owned(), "i".to_owned(), 0, 10)]);
+    assert!(applies(&view, vec![chunk("i", 10, 5), chunk("i", 15, 1), chunk("i", 16, 0)]));
+    assert!(!applies(&view, vec![chunk("i", 9, 5)]), "overlaps a stored chunk");
+    assert!(!applies(&view, vec![chunk("i", 10, 5), chunk("i", 14, 2)]), "overlaps an earlier chunk of the commit");
+    assert!(applies(&view, vec![chunk("other", 0, 5)]), "other incarnations do not clash");
+}
+
+#[test]
+fn a_wiped_incarnation_is_not_checked_against_its_stored_chunks() {
+    let mut view = stored("a", 3, "i");
+    view.1.push(("a".to_owned(), "i".to_owned(), 0, 10));
+    assert!(applies(&view, vec![delete("a", "i", 3), chunk("i", 0, 4)]));
+    // The first chunk is wiped with its incarnation, so the third clashes with nothing.
+    assert!(applies(&view, vec![chunk("i", 0, 4), delete("a", "i", 3), chunk("i", 2, 4)]));
+}
+
+#[test]
+fn empty_chunks_vanish_and_the_last_producer_write_wins() {
+    let w =
+        NetWrites::fold(&Commit { ops: vec![chunk("i", 0, 0), producer("i", 1), producer("i", 2)] }).expect("folds");
+    assert!(w.chunks.is_empty());
+    assert_eq!(w.producers.len(), 1);
+    assert_eq!(w.producers[0].state.last_seq, 2);
+    let w = NetWrites::fold(&Commit { ops: vec![producer("i", 1), delete("a", "i", 0)] }).expect("folds");
+    assert!(w.producers.is_empty(), "a wipe removes the producer states it follows");
+}
