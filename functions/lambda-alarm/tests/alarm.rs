@@ -141,6 +141,7 @@ async fn alarm_rearms_when_a_sliding_ttl_moved_the_deadline() {
         close: false,
         seq: None,
         producer: None,
+        dedupe_key: None,
     })
     .await
     .expect("append");

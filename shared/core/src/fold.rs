@@ -31,6 +31,11 @@
 //!   overlapping write can only come from a stale writer. Empty chunks hold
 //!   and are not stored.
 //! - `PutProducer` has no precondition; the last write per producer wins.
+//! - `PutRecord` holds when the stored record of its key matches `expect`
+//!   (absent, or exactly that revision) — checked against the state left by
+//!   earlier ops, so a wiped incarnation's records read as absent. Keys and
+//!   values over [`MAX_RECORD_KEY_BYTES`] / [`MAX_RECORD_BYTES`] fail the
+//!   commit with [`StoreError::TooLarge`].
 //!
 //! If any op fails, the whole commit fails with [`StoreError::Conflict`] and
 //! nothing is applied.
@@ -39,7 +44,10 @@ use std::collections::HashMap;
 
 use bytes::Bytes;
 
-use crate::{Commit, Expect, Op, ProducerState, StoreError, StreamMeta};
+use crate::{
+    Commit, Expect, Op, ProducerState, Record, RecordExpect, StoreError, StreamMeta, MAX_RECORD_BYTES,
+    MAX_RECORD_KEY_BYTES,
+};
 
 /// The stored state a commit's preconditions are checked against (memory
 /// and local stores implement it over their state inside the write lock).
@@ -49,6 +57,8 @@ pub trait StateView {
     /// Whether a stored chunk of `(path, incarnation)` overlaps `[start, end)`
     /// (`start < end`).
     fn chunk_overlaps(&self, path: &str, incarnation: &str, start: u64, end: u64) -> Result<bool, StoreError>;
+    /// The revision of the stored record `key` of `(path, incarnation)`.
+    fn record_revision(&self, path: &str, incarnation: &str, key: &str) -> Result<Option<u64>, StoreError>;
 }
 
 /// Precondition on a stream's stored meta record.
@@ -115,8 +125,20 @@ pub struct ProducerWrite {
     pub state: ProducerState,
 }
 
+/// A record to store, with the precondition on the stored one.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecordWrite {
+    pub path: String,
+    pub incarnation: String,
+    pub key: String,
+    pub record: Record,
+    /// Precondition on the stored record; `None` when the commit wiped the
+    /// incarnation before writing (nothing stored can be in the way).
+    pub expect: Option<RecordExpect>,
+}
+
 /// Everything one commit writes (see the module docs). Apply order: wipes
-/// first, then metas, chunks and producers.
+/// first, then metas, chunks, producers and records.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct NetWrites {
     /// At most one per path, in the order the paths first appear.
@@ -124,6 +146,8 @@ pub struct NetWrites {
     pub chunks: Vec<ChunkWrite>,
     /// At most one per `(path, incarnation, producer id)`.
     pub producers: Vec<ProducerWrite>,
+    /// At most one per `(path, incarnation, key)`.
+    pub records: Vec<RecordWrite>,
     /// `(path, incarnation)` whose stored chunks and producer states the
     /// commit removes (a `DeleteStream`).
     pub wiped: Vec<(String, String)>,
@@ -167,6 +191,9 @@ impl NetWrites {
                         return Err(StoreError::Conflict);
                     }
                     out.chunks.push(w);
+                }
+                Op::PutRecord { path, incarnation, key, record, expect } => {
+                    out.fold_put_record(path, incarnation, key, record, *expect)?;
                 }
                 Op::PutProducer { path, incarnation, producer_id, state } => {
                     out.producers.retain(|p| {
@@ -238,7 +265,54 @@ impl NetWrites {
         // The wipe removes the incarnation's rows, this commit's included.
         self.chunks.retain(|c| !(c.path == path && c.incarnation == incarnation));
         self.producers.retain(|p| !(p.path == path && p.incarnation == incarnation));
+        self.records.retain(|r| !(r.path == path && r.incarnation == incarnation));
         self.wiped.push((path.to_owned(), incarnation.to_owned()));
+        Ok(())
+    }
+
+    fn fold_put_record(
+        &mut self,
+        path: &str,
+        incarnation: &str,
+        key: &str,
+        record: &Record,
+        expect: RecordExpect,
+    ) -> Result<(), StoreError> {
+        if key.len() > MAX_RECORD_KEY_BYTES || record.value.len() > MAX_RECORD_BYTES {
+            return Err(StoreError::TooLarge(format!(
+                "record {key:?}: key {} bytes (at most {MAX_RECORD_KEY_BYTES}), value {} bytes (at most \
+                 {MAX_RECORD_BYTES})",
+                key.len(),
+                record.value.len()
+            )));
+        }
+        let earlier = self.records.iter().position(|r| r.path == path && r.incarnation == incarnation && r.key == key);
+        let wiped = self.wiped.iter().any(|(p, i)| p == path && i == incarnation);
+        let expect = match earlier {
+            // Against the record an earlier op of this commit wrote.
+            Some(i) => {
+                let staged = self.records.remove(i);
+                if expect != RecordExpect::Revision(staged.record.revision) {
+                    return Err(StoreError::Conflict);
+                }
+                staged.expect
+            }
+            // Against a wiped incarnation: nothing is stored.
+            None if wiped => {
+                if expect != RecordExpect::Absent {
+                    return Err(StoreError::Conflict);
+                }
+                None
+            }
+            None => Some(expect),
+        };
+        self.records.push(RecordWrite {
+            path: path.to_owned(),
+            incarnation: incarnation.to_owned(),
+            key: key.to_owned(),
+            record: record.clone(),
+            expect,
+        });
         Ok(())
     }
 
@@ -256,17 +330,33 @@ impl NetWrites {
                 return Err(StoreError::Conflict);
             }
         }
+        for r in &self.records {
+            let Some(expect) = r.expect else { continue };
+            let stored = view.record_revision(&r.path, &r.incarnation, &r.key)?;
+            let holds = match expect {
+                RecordExpect::Absent => stored.is_none(),
+                RecordExpect::Revision(rev) => stored == Some(rev),
+            };
+            if !holds {
+                return Err(StoreError::Conflict);
+            }
+        }
         Ok(())
     }
 
     /// Nothing to write (every op was an empty chunk).
     pub fn is_empty(&self) -> bool {
-        self.metas.is_empty() && self.chunks.is_empty() && self.producers.is_empty() && self.wiped.is_empty()
+        self.metas.is_empty()
+            && self.chunks.is_empty()
+            && self.producers.is_empty()
+            && self.records.is_empty()
+            && self.wiped.is_empty()
     }
 
-    /// Number of stored records the writes touch (metas, chunks, producers).
-    pub fn record_count(&self) -> usize {
-        self.metas.len() + self.chunks.len() + self.producers.len()
+    /// Number of stored rows the writes touch (metas, chunks, producers,
+    /// records).
+    pub fn row_count(&self) -> usize {
+        self.metas.len() + self.chunks.len() + self.producers.len() + self.records.len()
     }
 
     /// Total chunk payload bytes.

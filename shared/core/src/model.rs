@@ -123,6 +123,35 @@ pub enum Expect {
     Version(u64),
 }
 
+/// A small keyed record of one stream incarnation, for what is built on a
+/// stream (a processor's progress, an idempotency key's position). Records
+/// are wiped with their incarnation, and written only inside a [`Commit`]
+/// (so together with appends when that matters).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    /// 1 for the first write of the key, then bumped by one per write; the
+    /// precondition of the next conditional write ([`RecordExpect`]).
+    pub revision: u64,
+    pub value: Bytes,
+}
+
+/// Longest record key, in bytes.
+pub const MAX_RECORD_KEY_BYTES: usize = 256;
+
+/// Largest record value, in bytes: the same on every substrate (so what
+/// works locally works on AWS, whose items hold at most 400 KB with keys and
+/// attributes).
+pub const MAX_RECORD_BYTES: usize = 256 * 1024;
+
+/// Precondition on a stored record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecordExpect {
+    /// No record exists under the key.
+    Absent,
+    /// The stored record has exactly this revision.
+    Revision(u64),
+}
+
 /// One write inside a [`Commit`].
 #[derive(Debug, Clone, PartialEq)]
 pub enum Op {
@@ -135,9 +164,13 @@ pub enum Op {
     /// Write one producer's state for `(path, incarnation)`.
     PutProducer { path: String, incarnation: String, producer_id: String, state: ProducerState },
     /// Remove the stream's meta record (if its version matches) and, now or
-    /// later, every chunk and producer record of `(path, incarnation)`.
+    /// later, every chunk, producer and record of `(path, incarnation)`.
     /// Once committed the path reads as absent.
     DeleteStream { path: String, incarnation: String, expect_version: u64 },
+    /// Write the record `key` of `(path, incarnation)`, if the stored one
+    /// matches `expect`. `record.revision` is the revision written (the
+    /// writer's choice: the expected one plus one).
+    PutRecord { path: String, incarnation: String, key: String, record: Record, expect: RecordExpect },
 }
 
 /// A set of writes applied all-or-nothing: either every precondition holds and

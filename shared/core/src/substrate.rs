@@ -27,7 +27,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use tokio::time::Instant;
 
-use crate::model::{Chunk, Commit, ProducerState, StreamMeta, TailSignal};
+use crate::model::{Chunk, Commit, ProducerState, Record, StreamMeta, TailSignal};
 
 /// Errors a substrate reports. The core maps them to protocol status codes in
 /// one place (`ds_http::error`).
@@ -45,6 +45,10 @@ pub enum StoreError {
     /// request for a reason retrying will not fix.
     #[error("storage failure: {0}")]
     Backend(String),
+    /// A write exceeds a size limit every substrate shares (e.g.
+    /// [`crate::MAX_RECORD_BYTES`]). Nothing was written; retrying will not help.
+    #[error("too large: {0}")]
+    TooLarge(String),
 }
 
 /// Persist and read streams: meta records, chunks and producer state.
@@ -102,6 +106,14 @@ pub trait StreamStore: Send + Sync + 'static {
     ) -> Result<Option<ProducerState>, StoreError> {
         self.read_producer(stream, incarnation, producer_id).await
     }
+
+    /// The record `key` of `(stream, incarnation)` ([`crate::Record`]).
+    async fn read_record(
+        &self,
+        stream: &StreamHandle,
+        incarnation: &str,
+        key: &str,
+    ) -> Result<Option<Record>, StoreError>;
 
     /// One producer's state for `(stream, incarnation)`.
     async fn read_producer(

@@ -60,6 +60,7 @@ impl From<ServiceError> for ApiError {
             ServiceError::SeqGap { expected, received } => Self::new(StatusCode::CONFLICT, "SEQUENCE_GAP", msg)
                 .header(h::PRODUCER_EXPECTED_SEQ, expected)
                 .header(h::PRODUCER_RECEIVED_SEQ, received),
+            ServiceError::IncarnationChanged { .. } => Self::new(StatusCode::CONFLICT, "INCARNATION_CHANGED", msg),
             ServiceError::Contention => {
                 Self::new(StatusCode::SERVICE_UNAVAILABLE, "CONTENTION", msg).header("retry-after", 1)
             }
@@ -68,6 +69,9 @@ impl From<ServiceError> for ApiError {
             }
             ServiceError::Store(StoreError::Conflict) => {
                 Self::new(StatusCode::SERVICE_UNAVAILABLE, "CONTENTION", msg).header("retry-after", 1)
+            }
+            ServiceError::Store(StoreError::TooLarge(_)) => {
+                Self::new(StatusCode::PAYLOAD_TOO_LARGE, "PAYLOAD_TOO_LARGE", msg)
             }
             ServiceError::Store(StoreError::Backend(_)) => {
                 tracing::error!(error = %msg, "storage failure");

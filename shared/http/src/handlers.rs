@@ -132,6 +132,7 @@ async fn post(app: AppState, path: String, req: Request) -> ApiResult {
         seq: get(hd, h::STREAM_SEQ)?.map(str::to_owned),
         producer,
         body: body(raw, app.cfg.max_body_bytes).await?,
+        dedupe_key: None,
     };
     let empty_body = request.body.is_empty();
     let out = app.service.append(request).await?;
@@ -140,7 +141,7 @@ async fn post(app: AppState, path: String, req: Request) -> ApiResult {
         // close-only request is a 204 like any close.
         AppendOutcome::Appended { producer: Some(p), .. } if !empty_body => (StatusCode::OK, Some(*p)),
         AppendOutcome::Appended { producer, .. } => (StatusCode::NO_CONTENT, *producer),
-        AppendOutcome::AlreadyClosed { .. } => (StatusCode::NO_CONTENT, None),
+        AppendOutcome::AlreadyClosed { .. } | AppendOutcome::AlreadyAppended { .. } => (StatusCode::NO_CONTENT, None),
         AppendOutcome::Duplicate { producer, .. } => (StatusCode::NO_CONTENT, Some(*producer)),
     };
     let mut resp = status.into_response();

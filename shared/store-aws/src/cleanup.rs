@@ -109,6 +109,7 @@ pub async fn delete_objects(b: &Backend, keys: &[String]) -> Result<(), AwsError
 pub async fn purge_incarnation(b: &Backend, path: &str, incarnation: &str) -> Result<(), AwsError> {
     let mut keys = list_keys(b, path, &schema::chunk_sk_prefix(incarnation)).await?;
     keys.extend(list_keys(b, path, &schema::producer_sk_prefix(incarnation)).await?);
+    keys.extend(list_keys(b, path, &schema::record_sk_prefix(incarnation)).await?);
     delete_items(b, &keys).await?;
     let mut objects: Vec<String> = Vec::new();
     for prefix in [schema::chunk_object_prefix(path, incarnation), schema::segment_object_prefix(path, incarnation)] {

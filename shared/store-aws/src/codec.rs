@@ -7,10 +7,10 @@ use std::collections::HashMap;
 use aws_sdk_dynamodb::primitives::Blob;
 use aws_sdk_dynamodb::types::AttributeValue;
 use bytes::Bytes;
-use ds_core::{ForkOrigin, ProducerState, ProducerTriple, StreamMeta};
+use ds_core::{ForkOrigin, ProducerState, ProducerTriple, Record, StreamMeta};
 
 use crate::schema::{
-    chunk_attr, meta_attr as m, producer_attr, ItemKey, FORMAT_ATTR, FORMAT_VERSION, PK, SK, TTL_ATTR,
+    chunk_attr, meta_attr as m, producer_attr, record_attr, ItemKey, FORMAT_ATTR, FORMAT_VERSION, PK, SK, TTL_ATTR,
 };
 
 pub type Item = HashMap<String, AttributeValue>;
@@ -213,6 +213,22 @@ pub fn producer_to_item(path: &str, incarnation: &str, producer_id: &str, state:
 pub fn producer_from_item(item: &Item) -> Result<ProducerState, CodecError> {
     check_format(item)?;
     Ok(ProducerState { epoch: get_u64(item, producer_attr::EPOCH)?, last_seq: get_u64(item, producer_attr::SEQ)? })
+}
+
+/// The record item for `(path, incarnation, key)`.
+pub fn record_to_item(path: &str, incarnation: &str, key: &str, record: &Record) -> Item {
+    let mut item =
+        keyed(&ItemKey::Record { path: path.to_owned(), incarnation: incarnation.to_owned(), key: key.to_owned() });
+    item.insert(record_attr::KEY.into(), s(key));
+    item.insert(record_attr::REVISION.into(), n(record.revision));
+    item.insert(record_attr::VALUE.into(), AttributeValue::B(Blob::new(record.value.to_vec())));
+    item
+}
+
+pub fn record_from_item(item: &Item) -> Result<Record, CodecError> {
+    check_format(item)?;
+    let value = get(item, record_attr::VALUE)?.as_b().map_err(|_| CodecError::Invalid(record_attr::VALUE))?;
+    Ok(Record { revision: get_u64(item, record_attr::REVISION)?, value: Bytes::copy_from_slice(value.as_ref()) })
 }
 
 /// Where a chunk's bytes live.

@@ -11,7 +11,7 @@ use aws_sdk_dynamodb::types::{
     AttributeValue, ConditionCheck, Delete, Put, ReturnValuesOnConditionCheckFailure, TransactWriteItem,
 };
 use ds_core::fold::{MetaCond, MetaEffect, NetWrites};
-use ds_core::StoreError;
+use ds_core::{RecordExpect, StoreError};
 
 use crate::backend::Backend;
 use crate::codec::{self, n, s, ChunkBody, ChunkItem, Item};
@@ -23,6 +23,7 @@ pub(crate) enum Role {
     Meta(String),
     Chunk,
     Producer,
+    Record,
 }
 
 fn names(pairs: &[(&str, &str)]) -> HashMap<String, String> {
@@ -70,8 +71,8 @@ pub(crate) fn build_items(
     bodies: &[ChunkBody],
     cid: &str,
 ) -> Result<(Vec<TransactWriteItem>, Vec<Role>), StoreError> {
-    let mut items = Vec::with_capacity(writes.record_count());
-    let mut roles = Vec::with_capacity(writes.record_count());
+    let mut items = Vec::with_capacity(writes.row_count());
+    let mut roles = Vec::with_capacity(writes.row_count());
     for mw in &writes.metas {
         let (expr, nm, vals) = meta_condition(&mw.cond);
         let key = codec::key_of(&ItemKey::Meta { path: mw.path.clone() });
@@ -123,5 +124,24 @@ pub(crate) fn build_items(
         items.push(put(b, item, cond)?);
         roles.push(Role::Producer);
     }
+    for r in &writes.records {
+        let item = codec::record_to_item(&r.path, &r.incarnation, &r.key, &r.record);
+        items.push(put(b, item, record_condition(r.expect))?);
+        roles.push(Role::Record);
+    }
     Ok((items, roles))
+}
+
+/// The condition of a record put. Without a precondition (the commit wiped
+/// the incarnation first) the put is unconditional: it writes into a deleted
+/// incarnation, whose rows the purge removes.
+fn record_condition(expect: Option<RecordExpect>) -> Cond {
+    use crate::schema::record_attr as ra;
+    match expect {
+        Some(RecordExpect::Absent) => ("attribute_not_exists(#pk)".into(), names(&[("#pk", PK)]), None),
+        Some(RecordExpect::Revision(rev)) => {
+            ("#rev = :rev".into(), names(&[("#rev", ra::REVISION)]), Some(values(vec![(":rev", n(rev))])))
+        }
+        None => ("attribute_exists(#pk) OR attribute_not_exists(#pk)".into(), names(&[("#pk", PK)]), None),
+    }
 }

@@ -7,8 +7,8 @@
 //! One DynamoDB table, keys `pk` (S, partition) and `sk` (S, sort). All items
 //! of one stream share the partition `pk = "stream#" + path`, so one stream's
 //! data is one item collection and deleting a stream is a `Query` on one key.
-//! Sort keys order as `c#…` (chunks) < `meta` < `p#…` (producers), so a chunk
-//! range query never touches the meta or producer items.
+//! Sort keys order as `c#…` (chunks) < `meta` < `p#…` (producers) < `r#…`
+//! (records), so a chunk range query never touches the other items.
 //!
 //! S3 keys (bucket `DS_AWS_BUCKET`) are listed in [`ObjectKey`].
 
@@ -73,12 +73,24 @@ pub enum ItemKey {
     /// Chunk items are immutable except for one change: sealing swaps an
     /// inline body for a pointer into a segment object holding the same bytes.
     Chunk { path: String, incarnation: String, end: u64 },
+    /// One per `(stream incarnation, record key)`: a keyed record of a
+    /// feature built on the stream (`ds_core::Record`).
+    ///
+    /// - `pk` = `stream#<path>`, `sk` = `r#<incarnation>#<key>` (the key
+    ///   hashed as `h:<sha256>` when longer than 512 bytes)
+    /// - attributes (see [`record_attr`]): `rkey` S (the key), `rev` N
+    ///   (revision: the condition of the next write), `val` B (the value,
+    ///   at most `ds_core::MAX_RECORD_BYTES`), `fmt` N.
+    Record { path: String, incarnation: String, key: String },
 }
 
 impl ItemKey {
     pub fn pk(&self) -> String {
         match self {
-            ItemKey::Meta { path } | ItemKey::Producer { path, .. } | ItemKey::Chunk { path, .. } => stream_pk(path),
+            ItemKey::Meta { path }
+            | ItemKey::Producer { path, .. }
+            | ItemKey::Chunk { path, .. }
+            | ItemKey::Record { path, .. } => stream_pk(path),
         }
     }
 
@@ -89,6 +101,7 @@ impl ItemKey {
                 format!("{}{}", producer_sk_prefix(incarnation), bounded(producer_id))
             }
             ItemKey::Chunk { incarnation, end, .. } => chunk_sk(incarnation, *end),
+            ItemKey::Record { incarnation, key, .. } => format!("{}{}", record_sk_prefix(incarnation), bounded(key)),
         }
     }
 }
@@ -116,6 +129,11 @@ pub fn producer_sk_prefix(incarnation: &str) -> String {
     format!("p#{incarnation}#")
 }
 
+/// Common prefix of every record sort key of `incarnation`.
+pub fn record_sk_prefix(incarnation: &str) -> String {
+    format!("r#{incarnation}#")
+}
+
 /// The chunk end position encoded in a chunk sort key, if `sk` is one.
 pub fn chunk_end_from_sk(sk: &str) -> Option<u64> {
     let rest = sk.strip_prefix("c#")?;
@@ -123,9 +141,9 @@ pub fn chunk_end_from_sk(sk: &str) -> Option<u64> {
     u64::from_str_radix(hex_end, 16).ok()
 }
 
-/// The incarnation named in a chunk or producer sort key.
+/// The incarnation named in a chunk, producer or record sort key.
 pub fn incarnation_from_sk(sk: &str) -> Option<&str> {
-    let rest = sk.strip_prefix("c#").or_else(|| sk.strip_prefix("p#"))?;
+    let rest = sk.strip_prefix("c#").or_else(|| sk.strip_prefix("p#")).or_else(|| sk.strip_prefix("r#"))?;
     rest.split_once('#').map(|(inc, _)| inc)
 }
 
@@ -172,6 +190,13 @@ pub mod producer_attr {
     pub const ID: &str = "pid";
     pub const EPOCH: &str = "ep";
     pub const SEQ: &str = "seq";
+}
+
+/// Attribute names of record items (see [`ItemKey::Record`]).
+pub mod record_attr {
+    pub const KEY: &str = "rkey";
+    pub const REVISION: &str = "rev";
+    pub const VALUE: &str = "val";
 }
 
 /// Attribute names of chunk items (see [`ItemKey::Chunk`]).

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use ds_core::{Chunk, Commit, ProducerState, StoreError, StreamHandle, StreamMeta, StreamStore};
+use ds_core::{Chunk, Commit, ProducerState, Record, StoreError, StreamHandle, StreamMeta, StreamStore};
 use tracing::debug;
 
 use crate::backend::Backend;
@@ -164,6 +164,32 @@ impl StreamStore for AwsStore {
     ) -> Result<Option<ProducerState>, StoreError> {
         let ctx = self.b.registry.context_of(stream);
         self.read_producer_of(&ctx, incarnation, producer_id).await
+    }
+
+    /// Consistent `GetItem` of the record item.
+    #[tracing::instrument(level = "debug", skip(self, stream), fields(path = stream.path()))]
+    async fn read_record(
+        &self,
+        stream: &StreamHandle,
+        incarnation: &str,
+        key: &str,
+    ) -> Result<Option<Record>, StoreError> {
+        let item_key = ItemKey::Record {
+            path: stream.path().to_owned(),
+            incarnation: incarnation.to_owned(),
+            key: key.to_owned(),
+        };
+        let out = self
+            .b
+            .ddb
+            .get_item()
+            .table_name(&self.b.cfg.table)
+            .consistent_read(true)
+            .set_key(Some(codec::key_of(&item_key)))
+            .send()
+            .await
+            .map_err(classify)?;
+        Ok(out.item().map(codec::record_from_item).transpose()?)
     }
 
     async fn commit(&self, commit: Commit) -> Result<(), StoreError> {

@@ -50,13 +50,13 @@ enum Outcome {
 #[tracing::instrument(level = "debug", skip_all, fields(ops = commit.ops.len()))]
 pub async fn commit(b: &Backend, commit: Commit) -> Result<(), StoreError> {
     let writes = NetWrites::fold(&commit)?;
-    if writes.record_count() == 0 {
+    if writes.row_count() == 0 {
         return Ok(());
     }
-    if writes.record_count() > MAX_TRANSACTION_ITEMS {
+    if writes.row_count() > MAX_TRANSACTION_ITEMS {
         return Err(StoreError::Backend(format!(
             "commit needs {} items; a DynamoDB transaction holds at most {MAX_TRANSACTION_ITEMS}",
-            writes.record_count()
+            writes.row_count()
         )));
     }
     let cid = uuid::Uuid::new_v4().to_string();

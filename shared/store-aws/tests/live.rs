@@ -29,6 +29,7 @@ fn append_req(path: &str, body: &'static [u8]) -> AppendRequest {
         close: false,
         seq: None,
         producer: None,
+        dedupe_key: None,
     }
 }
 

@@ -32,5 +32,6 @@ pub(crate) fn replicate(e: &StoreError) -> StoreError {
         StoreError::Conflict => StoreError::Conflict,
         StoreError::Unavailable(m) => StoreError::Unavailable(m.clone()),
         StoreError::Backend(m) => StoreError::Backend(m.clone()),
+        StoreError::TooLarge(m) => StoreError::TooLarge(m.clone()),
     }
 }

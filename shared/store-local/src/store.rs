@@ -12,12 +12,12 @@ use std::thread::JoinHandle;
 
 use async_trait::async_trait;
 use ds_core::fold::NetWrites;
-use ds_core::{Chunk, Commit, PendingCommit, ProducerState, StoreError, StreamHandle, StreamMeta, StreamStore};
+use ds_core::{Chunk, Commit, PendingCommit, ProducerState, Record, StoreError, StreamHandle, StreamMeta, StreamStore};
 use redb::{Database, ReadTransaction, ReadableDatabase};
 use tokio::sync::oneshot;
 
 use crate::error::{storage, OpenError};
-use crate::tables::{self, CHUNKS, META, PRODUCERS};
+use crate::tables::{self, CHUNKS, META, PRODUCERS, RECORDS};
 use crate::touch::TouchOverlay;
 use crate::writer::{self, Counters, Job, WriterStats};
 
@@ -50,6 +50,7 @@ impl LocalStore {
             txn.open_table(META).map_err(redb::Error::from)?;
             txn.open_table(CHUNKS).map_err(redb::Error::from)?;
             txn.open_table(PRODUCERS).map_err(redb::Error::from)?;
+            txn.open_table(RECORDS).map_err(redb::Error::from)?;
         }
         txn.commit().map_err(redb::Error::from)?;
 
@@ -137,6 +138,20 @@ impl StreamStore for LocalStore {
         self.read(move |txn| {
             let table = txn.open_table(PRODUCERS).map_err(storage)?;
             tables::get_producer(&table, &key.0, &key.1, &key.2)
+        })
+        .await
+    }
+
+    async fn read_record(
+        &self,
+        stream: &StreamHandle,
+        incarnation: &str,
+        key: &str,
+    ) -> Result<Option<Record>, StoreError> {
+        let k = (stream.path().to_owned(), incarnation.to_owned(), key.to_owned());
+        self.read(move |txn| {
+            let table = txn.open_table(RECORDS).map_err(storage)?;
+            tables::get_record(&table, &k.0, &k.1, &k.2)
         })
         .await
     }

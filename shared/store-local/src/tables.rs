@@ -5,12 +5,13 @@
 //!   then incarnation, then start, so one stream incarnation's chunks are a
 //!   contiguous key range in position order.
 //! - `producers`: (path, incarnation, producer id) → (epoch, last_seq).
+//! - `records`: (path, incarnation, key) → (revision, value).
 
 use std::ops::Bound;
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use ds_core::fold::{MetaEffect, NetWrites, StateView};
-use ds_core::{Chunk, ProducerState, StoreError, StreamMeta};
+use ds_core::{Chunk, ProducerState, Record, StoreError, StreamMeta};
 use redb::{ReadableTable, Table, TableDefinition, WriteTransaction};
 
 use crate::codec::{decode_meta, encode_meta};
@@ -18,10 +19,12 @@ use crate::error::storage;
 
 pub(crate) type ChunkKey = (&'static str, &'static str, u64);
 pub(crate) type ProducerKey = (&'static str, &'static str, &'static str);
+pub(crate) type RecordKey = (&'static str, &'static str, &'static str);
 
 pub(crate) const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
 pub(crate) const CHUNKS: TableDefinition<ChunkKey, &[u8]> = TableDefinition::new("chunks");
 pub(crate) const PRODUCERS: TableDefinition<ProducerKey, (u64, u64)> = TableDefinition::new("producers");
+pub(crate) const RECORDS: TableDefinition<RecordKey, (u64, &[u8])> = TableDefinition::new("records");
 
 pub(crate) fn get_meta(
     table: &impl ReadableTable<&'static str, &'static [u8]>,
@@ -99,6 +102,19 @@ pub(crate) fn get_producer(
     }))
 }
 
+pub(crate) fn get_record(
+    table: &impl ReadableTable<RecordKey, (u64, &'static [u8])>,
+    path: &str,
+    incarnation: &str,
+    key: &str,
+) -> Result<Option<Record>, StoreError> {
+    let found = table.get((path, incarnation, key)).map_err(storage)?;
+    Ok(found.map(|v| {
+        let (revision, value) = v.value();
+        Record { revision, value: Bytes::copy_from_slice(value) }
+    }))
+}
+
 /// Metas in path order strictly after `after`, at most `limit`.
 pub(crate) fn list_metas(
     table: &impl ReadableTable<&'static str, &'static [u8]>,
@@ -115,12 +131,33 @@ pub(crate) fn list_metas(
     Ok(out)
 }
 
-/// The three tables opened inside the writer's transaction. Reads through it
-/// see the writes of earlier commits of the same batch.
+/// The third key part of every row of `(path, incarnation)` in a table keyed
+/// by `(path, incarnation, name)`. String names have no upper bound key, so
+/// they are collected (a handful per stream) before being removed.
+fn keys_of<V: redb::Value + 'static>(
+    table: &impl ReadableTable<(&'static str, &'static str, &'static str), V>,
+    path: &str,
+    incarnation: &str,
+) -> Result<Vec<String>, StoreError> {
+    let mut names = Vec::new();
+    for entry in table.range((path, incarnation, "")..).map_err(storage)? {
+        let (key, _) = entry.map_err(storage)?;
+        let (p, i, name) = key.value();
+        if p != path || i != incarnation {
+            break;
+        }
+        names.push(name.to_owned());
+    }
+    Ok(names)
+}
+
+/// The tables opened inside the writer's transaction. Reads through it see
+/// the writes of earlier commits of the same batch.
 pub(crate) struct WriteTables<'txn> {
     meta: Table<'txn, &'static str, &'static [u8]>,
     chunks: Table<'txn, ChunkKey, &'static [u8]>,
     producers: Table<'txn, ProducerKey, (u64, u64)>,
+    records: Table<'txn, RecordKey, (u64, &'static [u8])>,
 }
 
 impl<'txn> WriteTables<'txn> {
@@ -129,6 +166,7 @@ impl<'txn> WriteTables<'txn> {
             meta: txn.open_table(META).map_err(storage)?,
             chunks: txn.open_table(CHUNKS).map_err(storage)?,
             producers: txn.open_table(PRODUCERS).map_err(storage)?,
+            records: txn.open_table(RECORDS).map_err(storage)?,
         })
     }
 
@@ -158,25 +196,21 @@ impl<'txn> WriteTables<'txn> {
             let key = (p.path.as_str(), p.incarnation.as_str(), p.producer_id.as_str());
             self.producers.insert(key, (p.state.epoch, p.state.last_seq)).map_err(storage)?;
         }
+        for r in &writes.records {
+            let key = (r.path.as_str(), r.incarnation.as_str(), r.key.as_str());
+            self.records.insert(key, (r.record.revision, r.record.value.as_ref())).map_err(storage)?;
+        }
         Ok(())
     }
 
     /// Remove every chunk and producer state of `(path, incarnation)`.
     fn wipe(&mut self, path: &str, incarnation: &str) -> Result<(), StoreError> {
         self.chunks.retain_in((path, incarnation, 0)..=(path, incarnation, u64::MAX), |_, _| false).map_err(storage)?;
-        // Producer ids have no upper bound key: collect this incarnation's ids
-        // (a handful per stream), then remove them.
-        let mut ids = Vec::new();
-        for entry in self.producers.range((path, incarnation, "")..).map_err(storage)? {
-            let (key, _) = entry.map_err(storage)?;
-            let (p, i, id) = key.value();
-            if p != path || i != incarnation {
-                break;
-            }
-            ids.push(id.to_owned());
-        }
-        for id in ids {
+        for id in keys_of(&self.producers, path, incarnation)? {
             self.producers.remove((path, incarnation, id.as_str())).map_err(storage)?;
+        }
+        for key in keys_of(&self.records, path, incarnation)? {
+            self.records.remove((path, incarnation, key.as_str())).map_err(storage)?;
         }
         Ok(())
     }
@@ -199,6 +233,10 @@ impl<'txn> WriteTables<'txn> {
 impl StateView for WriteTables<'_> {
     fn meta_version(&self, path: &str) -> Result<Option<(u64, String)>, StoreError> {
         Ok(get_meta(&self.meta, path)?.map(|m| (m.version, m.incarnation)))
+    }
+
+    fn record_revision(&self, path: &str, incarnation: &str, key: &str) -> Result<Option<u64>, StoreError> {
+        Ok(get_record(&self.records, path, incarnation, key)?.map(|r| r.revision))
     }
 
     fn chunk_overlaps(&self, path: &str, incarnation: &str, start: u64, end: u64) -> Result<bool, StoreError> {

@@ -13,7 +13,7 @@ use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use async_trait::async_trait;
 use bytes::Bytes;
 use ds_core::fold::{MetaEffect, NetWrites, StateView};
-use ds_core::{Chunk, Commit, ProducerState, StoreError, StreamHandle, StreamMeta, StreamStore};
+use ds_core::{Chunk, Commit, ProducerState, Record, StoreError, StreamHandle, StreamMeta, StreamStore};
 
 /// Chunks and producers of one `(path, incarnation)`.
 #[derive(Default)]
@@ -22,6 +22,7 @@ struct IncarnationData {
     /// position `p` is the last one starting at or before `p`.
     chunks: BTreeMap<u64, Bytes>,
     producers: HashMap<String, ProducerState>,
+    records: HashMap<String, Record>,
 }
 
 #[derive(Default)]
@@ -71,6 +72,10 @@ impl State {
         for p in writes.producers {
             self.incarnation_mut(&p.path, &p.incarnation).producers.insert(p.producer_id, p.state);
         }
+        for r in writes.records {
+            let record = Record { revision: r.record.revision, value: Bytes::copy_from_slice(&r.record.value) };
+            self.incarnation_mut(&r.path, &r.incarnation).records.insert(r.key, record);
+        }
     }
 }
 
@@ -86,6 +91,10 @@ impl StateView for State {
         let before = data.chunks.range(..=start).next_back().is_some_and(|(s, d)| s + d.len() as u64 > start);
         let inside = data.chunks.range(start..end).next().is_some();
         Ok(before || inside)
+    }
+
+    fn record_revision(&self, path: &str, incarnation: &str, key: &str) -> Result<Option<u64>, StoreError> {
+        Ok(self.incarnation(path, incarnation).and_then(|d| d.records.get(key)).map(|r| r.revision))
     }
 }
 
@@ -147,6 +156,15 @@ impl StreamStore for MemoryStore {
     ) -> Result<Option<ProducerState>, StoreError> {
         let state = self.read();
         Ok(state.incarnation(stream.path(), incarnation).and_then(|d| d.producers.get(producer_id).copied()))
+    }
+
+    async fn read_record(
+        &self,
+        stream: &StreamHandle,
+        incarnation: &str,
+        key: &str,
+    ) -> Result<Option<Record>, StoreError> {
+        Ok(self.read().incarnation(stream.path(), incarnation).and_then(|d| d.records.get(key).cloned()))
     }
 
     async fn commit(&self, commit: Commit) -> Result<(), StoreError> {

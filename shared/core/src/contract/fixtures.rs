@@ -182,6 +182,7 @@ pub fn append_request(path: &str, body: Bytes) -> crate::AppendRequest {
         close: false,
         seq: None,
         producer: None,
+        dedupe_key: None,
     }
 }
 

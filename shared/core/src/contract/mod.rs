@@ -30,6 +30,7 @@
 
 mod concurrency;
 pub mod fixtures;
+mod keyed;
 mod pipeline;
 mod records;
 mod restart;
@@ -41,6 +42,7 @@ use async_trait::async_trait;
 use crate::Substrate;
 
 pub use concurrency::{concurrent_appends_one_stream, concurrent_commits_all_or_nothing};
+pub use keyed::{record_atomic_with_append, record_preconditions, record_writers_race, records_wiped_with_incarnation};
 pub use pipeline::{submit_is_ordered, version_pins_incarnation};
 pub use records::{list_streams_pages, meta_roundtrip, read_chunks_ranges, rich_meta, touch_without_version_bump};
 pub use restart::restart_keeps_committed;
@@ -102,6 +104,10 @@ macro_rules! contract_suite {
             meta_roundtrip,
             submit_is_ordered,
             version_pins_incarnation,
+            record_preconditions,
+            record_atomic_with_append,
+            records_wiped_with_incarnation,
+            record_writers_race,
             concurrent_commits_8_writers,
             concurrent_appends_32_writers,
             hub_wakes_after_commit,

@@ -3,11 +3,12 @@ use std::collections::HashMap;
 use bytes::Bytes;
 
 use super::*;
-use crate::Chunk;
+use crate::{Chunk, Record, RecordExpect};
 
-/// Stored metas by path, and stored chunks as (path, incarnation, start, end).
+/// Stored metas by path, stored chunks as (path, incarnation, start, end),
+/// stored record revisions by (path, incarnation, key).
 #[derive(Default)]
-struct View(HashMap<String, (u64, String)>, Vec<(String, String, u64, u64)>);
+struct View(HashMap<String, (u64, String)>, Vec<(String, String, u64, u64)>, HashMap<(String, String, String), u64>);
 
 impl StateView for View {
     fn meta_version(&self, path: &str) -> Result<Option<(u64, String)>, StoreError> {
@@ -16,10 +17,13 @@ impl StateView for View {
     fn chunk_overlaps(&self, p: &str, i: &str, start: u64, end: u64) -> Result<bool, StoreError> {
         Ok(self.1.iter().any(|(cp, ci, s, e)| cp == p && ci == i && *s < end && start < *e))
     }
+    fn record_revision(&self, p: &str, i: &str, key: &str) -> Result<Option<u64>, StoreError> {
+        Ok(self.2.get(&(p.to_owned(), i.to_owned(), key.to_owned())).copied())
+    }
 }
 
 fn stored(path: &str, version: u64, incarnation: &str) -> View {
-    View(HashMap::from([(path.to_owned(), (version, incarnation.to_owned()))]), Vec::new())
+    View(HashMap::from([(path.to_owned(), (version, incarnation.to_owned()))]), Vec::new(), HashMap::new())
 }
 
 fn meta(path: &str, incarnation: &str, version: u64) -> StreamMeta {
@@ -115,7 +119,7 @@ fn create_then_delete_only_checks() {
 
 #[test]
 fn overlapping_chunks_conflict_but_adjacent_ones_do_not() {
-    let view = View(HashMap::new(), vec![("a".to_owned(), "i".to_owned(), 0, 10)]);
+    let view = View(HashMap::new(), vec![("a".to_owned(), "i".to_owned(), 0, 10)], HashMap::new());
     assert!(applies(&view, vec![chunk("i", 10, 5), chunk("i", 15, 1), chunk("i", 16, 0)]));
     assert!(!applies(&view, vec![chunk("i", 9, 5)]), "overlaps a stored chunk");
     assert!(!applies(&view, vec![chunk("i", 10, 5), chunk("i", 14, 2)]), "overlaps an earlier chunk of the commit");
@@ -140,4 +144,60 @@ fn empty_chunks_vanish_and_the_last_producer_write_wins() {
     assert_eq!(w.producers[0].state.last_seq, 2);
     let w = NetWrites::fold(&Commit { ops: vec![producer("i", 1), delete("a", "i", 0)] }).expect("folds");
     assert!(w.producers.is_empty(), "a wipe removes the producer states it follows");
+}
+
+fn record(incarnation: &str, key: &str, revision: u64, expect: RecordExpect) -> Op {
+    Op::PutRecord {
+        path: "a".into(),
+        incarnation: incarnation.into(),
+        key: key.into(),
+        record: Record { revision, value: Bytes::from_static(b"v") },
+        expect,
+    }
+}
+
+#[test]
+fn records_are_written_under_their_precondition() {
+    let mut view = stored("a", 1, "i");
+    view.2.insert(("a".into(), "i".into(), "k".into()), 3);
+    assert!(applies(&view, vec![record("i", "k", 4, RecordExpect::Revision(3))]));
+    assert!(!applies(&view, vec![record("i", "k", 3, RecordExpect::Revision(2))]), "stale revision");
+    assert!(!applies(&view, vec![record("i", "k", 1, RecordExpect::Absent)]), "exists");
+    assert!(applies(&view, vec![record("i", "new", 1, RecordExpect::Absent)]));
+    assert!(applies(&view, vec![record("other", "k", 1, RecordExpect::Absent)]), "per incarnation");
+}
+
+#[test]
+fn later_record_writes_see_earlier_ones_and_wipes() {
+    let mut view = stored("a", 1, "i");
+    view.2.insert(("a".into(), "i".into(), "k".into()), 3);
+    let chained = vec![record("i", "k", 4, RecordExpect::Revision(3)), record("i", "k", 5, RecordExpect::Revision(4))];
+    let w = NetWrites::fold(&Commit { ops: chained.clone() }).expect("folds");
+    assert_eq!(w.records.len(), 1, "one write per key");
+    assert_eq!((w.records[0].record.revision, w.records[0].expect), (5, Some(RecordExpect::Revision(3))));
+    assert!(applies(&view, chained));
+    assert!(!applies(
+        &view,
+        vec![record("i", "k", 4, RecordExpect::Revision(3)), record("i", "k", 4, RecordExpect::Revision(3))]
+    ));
+    // After a wipe of its incarnation the key is absent, whatever is stored.
+    assert!(applies(&view, vec![delete("a", "i", 1), record("i", "k", 1, RecordExpect::Absent)]));
+    assert!(!applies(&view, vec![delete("a", "i", 1), record("i", "k", 4, RecordExpect::Revision(3))]));
+    let w = NetWrites::fold(&Commit { ops: vec![record("i", "k", 4, RecordExpect::Revision(3)), delete("a", "i", 1)] })
+        .expect("folds");
+    assert!(w.records.is_empty(), "a wipe removes the record writes it follows");
+}
+
+#[test]
+fn oversized_records_are_refused_whole() {
+    let big = Op::PutRecord {
+        path: "a".into(),
+        incarnation: "i".into(),
+        key: "k".into(),
+        record: Record { revision: 1, value: Bytes::from(vec![0u8; crate::MAX_RECORD_BYTES + 1]) },
+        expect: RecordExpect::Absent,
+    };
+    assert!(matches!(NetWrites::fold(&Commit { ops: vec![big] }), Err(StoreError::TooLarge(_))));
+    let long_key = record("i", &"k".repeat(crate::MAX_RECORD_KEY_BYTES + 1), 1, RecordExpect::Absent);
+    assert!(matches!(NetWrites::fold(&Commit { ops: vec![long_key] }), Err(StoreError::TooLarge(_))));
 }

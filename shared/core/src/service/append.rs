@@ -7,7 +7,7 @@ use ds_protocol::json::{self, EmptyArray};
 use ds_protocol::producer::{decide, Decision, State};
 
 use super::{Plan, Predicted, Reads, ServiceError, ServiceResult, StreamService};
-use crate::{Chunk, Commit, Expect, Op, ProducerState, ProducerTriple, StreamHandle, StreamMeta};
+use crate::{Chunk, Commit, Expect, Op, ProducerState, ProducerTriple, Record, RecordExpect, StreamHandle, StreamMeta};
 
 #[derive(Debug, Clone)]
 pub struct AppendRequest {
@@ -19,6 +19,11 @@ pub struct AppendRequest {
     /// `Stream-Seq`.
     pub seq: Option<String>,
     pub producer: Option<ProducerHeaders>,
+    /// Append at most once per key and stream incarnation: the key's record
+    /// is written in the same commit as the data, so two writers with one key
+    /// write once, and a repeat answers [`AppendOutcome::AlreadyAppended`].
+    /// Used in-process (processor journals), not exposed over HTTP.
+    pub dedupe_key: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -29,12 +34,18 @@ pub enum AppendOutcome {
     Duplicate { meta: StreamMeta, producer: State },
     /// Close-only on an already-closed stream: 204, nothing written.
     AlreadyClosed { meta: StreamMeta },
+    /// The request's `dedupe_key` was appended before; nothing written.
+    /// `end` is the position just past what that append wrote.
+    AlreadyAppended { meta: StreamMeta, end: u64 },
 }
 
 impl AppendOutcome {
     pub fn meta(&self) -> &StreamMeta {
         match self {
-            Self::Appended { meta, .. } | Self::Duplicate { meta, .. } | Self::AlreadyClosed { meta } => meta,
+            Self::Appended { meta, .. }
+            | Self::Duplicate { meta, .. }
+            | Self::AlreadyClosed { meta }
+            | Self::AlreadyAppended { meta, .. } => meta,
         }
     }
 }
@@ -55,6 +66,15 @@ impl StreamService {
         reads: Reads,
     ) -> ServiceResult<Plan<AppendOutcome>> {
         let meta = self.live_meta(stream, reads).await?;
+        if let Some(key) = &req.dedupe_key {
+            // Always a store read: only the commit's `Absent` precondition on
+            // this record can vouch for "not appended yet".
+            let record = self.sub.store.read_record(stream, &meta.incarnation, &dedupe_record_key(key)).await?;
+            if let Some(record) = record {
+                let end = decode_position(&record.value)?;
+                return Ok(Plan::Done(AppendOutcome::AlreadyAppended { meta, end }));
+            }
+        }
 
         // Producer fencing and dedup come first: a zombie learns it is fenced
         // and a retry learns it succeeded, whatever else changed since.
@@ -145,9 +165,18 @@ impl StreamService {
         if let Some((id, state)) = &producer {
             commit.push(Op::PutProducer {
                 path: meta.path.clone(),
-                incarnation: meta.incarnation,
+                incarnation: meta.incarnation.clone(),
                 producer_id: id.clone(),
                 state: *state,
+            });
+        }
+        if let Some(key) = &req.dedupe_key {
+            commit.push(Op::PutRecord {
+                path: meta.path.clone(),
+                incarnation: meta.incarnation,
+                key: dedupe_record_key(key),
+                record: Record { revision: 1, value: Bytes::copy_from_slice(&next.tail.to_be_bytes()) },
+                expect: RecordExpect::Absent,
             });
         }
         Plan::Commit {
@@ -158,6 +187,19 @@ impl StreamService {
             value: AppendOutcome::Appended { meta: next, producer: accepted },
         }
     }
+}
+
+/// The record holding an append's dedupe key; its value is the position
+/// just past that append (8 bytes, big-endian).
+fn dedupe_record_key(key: &str) -> String {
+    format!("dedupe/{key}")
+}
+
+fn decode_position(value: &[u8]) -> ServiceResult<u64> {
+    let bytes: [u8; 8] = value
+        .try_into()
+        .map_err(|_| crate::StoreError::Backend(format!("dedupe record holds {} bytes, not 8", value.len())))?;
+    Ok(u64::from_be_bytes(bytes))
 }
 
 /// What the producer headers decided.

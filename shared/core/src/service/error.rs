@@ -34,6 +34,11 @@ pub enum ServiceError {
     /// 409: producer sequence gap.
     #[error("producer sequence gap: expected {expected}, received {received}")]
     SeqGap { expected: u64, received: u64 },
+    /// The stream at the path is another incarnation than the caller is bound
+    /// to (deleted and re-created since): the caller must not read or write
+    /// the new one as if it were the old.
+    #[error("stream incarnation changed (expected {expected}, found {found})")]
+    IncarnationChanged { expected: String, found: String },
     /// 503: too many concurrent writers kept invalidating this request's read.
     #[error("too much contention on this stream, retry")]
     Contention,

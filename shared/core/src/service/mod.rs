@@ -8,6 +8,7 @@ mod append;
 mod create;
 mod delete;
 mod error;
+mod journal;
 mod read;
 mod speculation;
 mod sse;
@@ -20,6 +21,7 @@ use rand::Rng;
 pub use append::{AppendOutcome, AppendRequest};
 pub use create::{CreateOutcome, CreateRequest, ForkRequest};
 pub use error::{ServiceError, ServiceResult};
+pub use journal::JournalPage;
 pub use read::{LiveMode, ReadOutcome, ReadRequest};
 pub use sse::SseStream;
 
