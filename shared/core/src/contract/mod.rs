@@ -30,6 +30,7 @@
 
 mod concurrency;
 pub mod fixtures;
+mod forks;
 mod keyed;
 mod pipeline;
 mod records;
@@ -42,6 +43,7 @@ use async_trait::async_trait;
 use crate::Substrate;
 
 pub use concurrency::{concurrent_appends_one_stream, concurrent_commits_all_or_nothing};
+pub use forks::fork_peer_reads_named_incarnation;
 pub use keyed::{record_atomic_with_append, record_preconditions, record_writers_race, records_wiped_with_incarnation};
 pub use pipeline::{submit_is_ordered, version_pins_incarnation};
 pub use records::{list_streams_pages, meta_roundtrip, read_chunks_ranges, rich_meta, touch_without_version_bump};
@@ -108,6 +110,7 @@ macro_rules! contract_suite {
             record_atomic_with_append,
             records_wiped_with_incarnation,
             record_writers_race,
+            fork_peer_reads_named_incarnation,
             concurrent_commits_8_writers,
             concurrent_appends_32_writers,
             hub_wakes_after_commit,
