@@ -9,6 +9,7 @@ use crate::event::OutgoingEvent;
 use crate::idempotency::runner_key;
 use crate::incarnation::StreamIncarnation;
 use crate::ports::{Alarm, AppendOutcome, Journal, JournalError};
+use crate::progress::PendingAudit;
 
 /// Appended by the recovery adapter when a revival alarm fires.
 pub const PROCESSOR_REVIVED: &str = "stream/processor-revived";
@@ -26,6 +27,19 @@ pub const PROCESSOR_SKIPPED: &str = "stream/processor-skipped";
 pub(crate) struct KeyedEvent {
     pub event: OutgoingEvent,
     pub key: String,
+}
+
+impl From<KeyedEvent> for PendingAudit {
+    fn from(keyed: KeyedEvent) -> Self {
+        Self { key: keyed.key, event_type: keyed.event.event_type, payload: keyed.event.payload }
+    }
+}
+
+impl PendingAudit {
+    /// The JSON bytes appended to the journal.
+    pub fn encode(&self) -> bytes::Bytes {
+        OutgoingEvent::new(self.event_type.clone(), self.payload.clone()).encode()
+    }
 }
 
 pub(crate) fn diagnostic(

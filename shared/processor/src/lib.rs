@@ -141,7 +141,8 @@ pub use ports::{
     Alarm, AppendOutcome, Clock, Journal, JournalError, ProgressError, ProgressStore, Recovery, RecoveryError,
 };
 pub use processor::{ProcessCall, Processor, Rejection};
-pub use progress::{Processing, Progress, Reduction, StoredProgress};
+pub use progress::{PendingAudit, Processing, Progress, Reduction, StoredProgress};
 pub use runner::{
-    Adapters, DrainReport, DriveReport, EventBatch, EventBatchCallback, Runner, RunnerConfig, RuntimeState, Snapshot,
+    Adapters, DrainReport, DriveReport, EventBatch, EventBatchCallback, Revival, Runner, RunnerConfig, RuntimeState,
+    Snapshot,
 };

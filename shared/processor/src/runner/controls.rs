@@ -1,31 +1,63 @@
 //! Operator controls. Each preempts the driver, takes the work lock, and
-//! appends exactly one audit event (deterministically keyed, appended before
-//! the change so a crash in between is repaired by retrying the control).
+//! leaves exactly one audit event (deterministically keyed) for a change
+//! that landed, and none for one that did not: the event rides inside the
+//! commit that makes the change ([`crate::PendingAudit`]) and reaches the
+//! journal only after that commit landed.
 
 use tokio::sync::MutexGuard;
 
 use super::gate::ControlTicket;
 use super::working::Working;
 use super::{Halt, Inner};
-use crate::core_events::{self, KeyedEvent};
+use crate::core_events;
 use crate::error::RunnerError;
 use crate::event::{decode, Decoded, JournalEntry};
 use crate::fence::Expectation;
+use crate::ports::JournalError;
 use crate::processor::Processor;
 
 type Locked<'a, S> = (ControlTicket<'a>, MutexGuard<'a, Working<S>>);
 
 impl<P: Processor> Inner<P> {
-    pub(crate) async fn append_audit(&self, keyed: KeyedEvent) -> Result<(), Halt> {
-        let outcome = self.journal.append(keyed.event.encode(), &keyed.key).await?;
-        tracing::info!(
-            slug = %self.contract.slug,
-            event_type = %keyed.event.event_type,
-            position = outcome.position,
-            deduplicated = outcome.deduplicated,
-            "audit event appended"
-        );
-        Ok(())
+    /// Appends the audit event a landed commit carries. One attempt: on
+    /// failure the event stays pending and rides every later commit, and the
+    /// next drive, control or open appends it before doing anything else
+    /// (see `ensure_reduction_current`). With `clear_now` a commit right
+    /// after the append drops it from the record at once; otherwise the next
+    /// checkpoint does.
+    pub(crate) async fn publish_audit(&self, w: &mut Working<P::State>, clear_now: bool) -> Result<(), JournalError> {
+        let Some(audit) = w.pending_audit.clone() else { return Ok(()) };
+        match self.journal.append(audit.encode(), &audit.key).await {
+            Ok(outcome) => {
+                tracing::info!(
+                    slug = %self.contract.slug,
+                    event_type = %audit.event_type,
+                    position = outcome.position,
+                    deduplicated = outcome.deduplicated,
+                    "audit event appended"
+                );
+                w.pending_audit = None;
+                if clear_now {
+                    if let Err(halt) = self.commit(w, None).await {
+                        // Harmless: the next checkpoint drops it, and a
+                        // repeated append dedupes by key.
+                        tracing::warn!(slug = %self.contract.slug, ?halt, "could not drop the appended audit event from the record");
+                    }
+                }
+                Ok(())
+            }
+            Err(error) => {
+                tracing::warn!(slug = %self.contract.slug, %error, "audit event append failed; it stays pending in the record");
+                self.view.note_error(format!("audit event append: {error}"));
+                Err(error)
+            }
+        }
+    }
+
+    /// After a landed change: the change stands even if its audit event
+    /// cannot be appended yet (it stays pending, see `publish_audit`).
+    async fn publish_audit_after_change(&self, w: &mut Working<P::State>) {
+        let _ = self.publish_audit(w, true).await;
     }
 
     async fn lock_for_control(&self) -> Result<Locked<'_, P::State>, RunnerError> {
@@ -48,18 +80,7 @@ impl<P: Processor> Inner<P> {
         if w.completed > w.acknowledged {
             self.commit(w, None).await.map_err(Halt::into_error)?;
         }
-        self.append_audit(core_events::re_reduced(
-            &self.contract.slug,
-            &w.incarnation,
-            w.revision,
-            w.completed,
-            &self.contract.reducer_version,
-            reason,
-        ))
-        .await
-        .map_err(Halt::into_error)?;
-        w.reset_reduction(self.processor.initial_state(), &self.contract.reducer_version);
-        self.refold(w, true).await.map_err(Halt::into_error)
+        self.rebuild_reduction(w, reason).await.map_err(Halt::into_error)
     }
 
     pub(crate) async fn reprocess_from(&self, position: u64, expected: u64, reason: &str) -> Result<(), RunnerError> {
@@ -72,20 +93,21 @@ impl<P: Processor> Inner<P> {
                 why: format!("reprocessing must start in 1..={}", w.completed + 1),
             });
         }
-        self.append_audit(core_events::reprocessed(&self.contract.slug, &w.incarnation, expected, position, reason))
-            .await
-            .map_err(Halt::into_error)?;
-        // Work on a copy: a lost compare-and-swap leaves everything as it was.
+        // Work on a copy: a lost compare-and-swap leaves everything as it was,
+        // the audit event included (it only exists inside the commit).
         let mut next = w.clone();
         next.revision = expected + 1;
         next.completed = position - 1;
         next.live = false;
         next.reset_reduction(self.processor.initial_state(), &self.contract.reducer_version);
+        next.pending_audit =
+            Some(core_events::reprocessed(&self.contract.slug, &w.incarnation, expected, position, reason).into());
         self.commit(&mut next, Some(cas(w, expected))).await.map_err(|halt| {
             w.needs_resync = true;
             halt.into_error()
         })?;
         *w = next;
+        self.publish_audit_after_change(w).await;
         self.refold(w, false).await.map_err(Halt::into_error)
     }
 
@@ -103,16 +125,6 @@ impl<P: Processor> Inner<P> {
         if skipped.last().map(|e| e.position) != Some(position) {
             return Err(RunnerError::InvalidPosition { position, why: "no journal entry at this position".into() });
         }
-        self.append_audit(core_events::skipped(
-            &self.contract.slug,
-            &w.incarnation,
-            w.revision,
-            w.completed + 1,
-            position,
-            reason,
-        ))
-        .await
-        .map_err(Halt::into_error)?;
         let mut next = w.clone();
         for entry in &skipped {
             if let Decoded::Deliverable(envelope) = decode::<P::Event>(&self.contract, entry) {
@@ -121,12 +133,17 @@ impl<P: Processor> Inner<P> {
         }
         next.reduced = position;
         next.completed = position;
+        next.pending_audit = Some(
+            core_events::skipped(&self.contract.slug, &w.incarnation, w.revision, w.completed + 1, position, reason)
+                .into(),
+        );
         self.commit(&mut next, Some(cas(w, expected))).await.map_err(|halt| {
             w.needs_resync = true;
             halt.into_error()
         })?;
         *w = next;
         self.view.note_progress(w);
+        self.publish_audit_after_change(w).await;
         Ok(())
     }
 

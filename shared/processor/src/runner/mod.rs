@@ -19,7 +19,7 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 pub use callback::{EventBatch, EventBatchCallback};
-pub use view::{DrainReport, DriveReport, RuntimeState, Snapshot};
+pub use view::{DrainReport, DriveReport, Revival, RuntimeState, Snapshot};
 
 use crate::backoff::Backoff;
 use crate::cadence::CheckpointCadence;
@@ -175,8 +175,11 @@ impl<P: Processor> Runner<P> {
     }
 
     /// Stops cleanly before `deadline_ms`: cancels in-flight blocking work
-    /// (its event stays unacknowledged), checkpoints settled work, leaves the
-    /// revival alarm armed. Later drives return [`RunnerError::Drained`].
+    /// (its event stays unacknowledged), checkpoints settled work, and arms
+    /// the revival alarm if anything observed is still unacknowledged (an
+    /// armed alarm for background work stays armed). The report's
+    /// [`Revival`] says whether unfinished work has a way back; the host
+    /// need not inspect the lag. Later drives return [`RunnerError::Drained`].
     pub async fn drain(&self, deadline_ms: u64) -> DrainReport {
         self.inner.drain(deadline_ms).await
     }

@@ -6,7 +6,7 @@ use crate::fence::Expectation;
 use crate::incarnation::StreamIncarnation;
 use crate::ports::{Journal, ProgressStore};
 use crate::processor::Processor;
-use crate::progress::{Processing, Progress, Reduction, StoredProgress};
+use crate::progress::{PendingAudit, Processing, Progress, Reduction, StoredProgress};
 use crate::RunnerError;
 
 use super::Inner;
@@ -34,6 +34,9 @@ pub(crate) struct Working<S> {
     /// The stored fold is unusable (version changed, state undecodable):
     /// re-reduce with this reason before processing.
     pub pending_re_reduce: Option<String>,
+    /// Audit event of a landed change not yet appended; every commit carries
+    /// it until it is.
+    pub pending_audit: Option<PendingAudit>,
     /// Reached the head at least once since load or rewind.
     pub live: bool,
     /// The last checkpoint failed: retry at the next moment whatever the
@@ -59,6 +62,7 @@ impl<S: Clone> Working<S> {
                 },
                 processing: Some(Processing { acknowledged_through: self.completed, cursor_revision: self.revision }),
             },
+            pending_audit: self.pending_audit.clone(),
         })
     }
 
@@ -98,6 +102,7 @@ pub(crate) async fn load<P: Processor>(
         expect,
         needs_resync: false,
         pending_re_reduce: None,
+        pending_audit: None,
         live: false,
         retry_commit: false,
         cadence: CadenceTracker::new(now),
@@ -119,6 +124,7 @@ pub(crate) async fn load<P: Processor>(
     let revision = record.progress.cursor_revision();
     let reduction = record.progress.reduction;
     let mut w = fresh(incarnation, Expectation::Monotonic);
+    w.pending_audit = record.pending_audit;
     w.revision = revision;
     w.acknowledged = acknowledged;
     w.completed = acknowledged;

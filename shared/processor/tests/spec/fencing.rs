@@ -16,6 +16,7 @@ fn record(incarnation: &str, revision: u64, ack: u64, reduced: u64) -> StoredPro
             reduction: Reduction { reducer_version: "1".into(), reduced_through: reduced, state: json!({}) },
             processing: Some(Processing { acknowledged_through: ack, cursor_revision: revision }),
         },
+        pending_audit: None,
     }
 }
 

@@ -11,6 +11,7 @@ mod controls;
 mod crash;
 mod examples;
 mod fencing;
+mod hosting;
 mod idempotency;
 mod inline;
 mod race;
