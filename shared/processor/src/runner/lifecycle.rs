@@ -19,6 +19,7 @@ pub(super) async fn open<P: Processor>(
     config: RunnerConfig,
 ) -> Result<Arc<Inner<P>>, RunnerError> {
     let contract = processor.contract().clone();
+    contract.check_events::<P::Event>()?;
     tracing::info!(slug = %contract.slug, "opening processor runner");
     let w = load(&processor, &contract, adapters.journal.as_ref(), adapters.progress.as_ref(), adapters.clock.now_ms())
         .await?;

@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod ack;
+mod authoring;
 mod batch_division;
 mod blocking;
 mod caught_up;
