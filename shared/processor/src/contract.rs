@@ -144,7 +144,7 @@ mod tests {
 
     #[test]
     fn for_events_takes_the_names_from_the_event_enum() {
-        let c = Contract::for_events::<Orders>("orders", "1").unwrap();
+        let c = Contract::for_events::<Orders>("orders", "1").expect("Orders is tagged by type");
         assert_eq!(c.consumes, ["order/placed", "order/cancelled"]);
         assert_eq!(c.check_events::<Orders>(), Ok(()));
         assert_eq!(

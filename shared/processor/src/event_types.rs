@@ -158,7 +158,7 @@ mod tests {
     #[test]
     fn tagged_enums_list_their_type_names() {
         // serde lists aliases among the names: events under them decode too.
-        let names = event_type_names::<Adjacent>().unwrap();
+        let names = event_type_names::<Adjacent>().expect("Adjacent is closed");
         assert!(["a/one", "a/two", "a/deux"].iter().all(|n| names.contains(n)), "{names:?}");
         assert_eq!(names.len(), 3);
         assert_eq!(event_type_names::<Internal>(), Some(&["i/one"][..]));
