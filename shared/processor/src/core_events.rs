@@ -151,8 +151,10 @@ pub fn revived(alarm: &Alarm) -> (OutgoingEvent, String) {
     (OutgoingEvent::new(PROCESSOR_REVIVED, payload), runner_key("revived", &[&alarm.slug, &alarm.token]))
 }
 
-/// Appends the revival event for `alarm`; for [`crate::Recovery`] adapters.
+/// Appends the revival event for `alarm` to the incarnation it was armed
+/// for; for [`crate::Recovery`] adapters. A re-created stream refuses it
+/// with [`JournalError::IncarnationChanged`]: nothing is owed there.
 pub async fn append_revival(journal: &dyn Journal, alarm: &Alarm) -> Result<AppendOutcome, JournalError> {
     let (event, key) = revived(alarm);
-    journal.append(event.encode(), &key).await
+    journal.append(&alarm.incarnation, event.encode(), &key).await
 }

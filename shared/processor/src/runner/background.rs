@@ -18,6 +18,7 @@ use tokio::task::AbortHandle;
 use tracing::Instrument;
 
 use crate::effects::EffectFuture;
+use crate::incarnation::StreamIncarnation;
 use crate::ports::{Clock, Recovery, RecoveryError};
 use crate::sync_util::lock;
 
@@ -31,6 +32,7 @@ struct Owed {
 
 pub(crate) struct BackgroundWork {
     slug: String,
+    incarnation: StreamIncarnation,
     recovery: Option<Arc<dyn Recovery>>,
     clock: Arc<dyn Clock>,
     revival_delay_ms: u64,
@@ -44,12 +46,14 @@ pub(crate) struct BackgroundWork {
 impl BackgroundWork {
     pub(crate) fn new(
         slug: String,
+        incarnation: StreamIncarnation,
         recovery: Option<Arc<dyn Recovery>>,
         clock: Arc<dyn Clock>,
         revival_delay_ms: u64,
     ) -> Self {
         Self {
             slug,
+            incarnation,
             recovery,
             clock,
             revival_delay_ms,
@@ -67,7 +71,7 @@ impl BackgroundWork {
             match &self.recovery {
                 Some(recovery) => {
                     let at = self.clock.now_ms().saturating_add(self.revival_delay_ms);
-                    recovery.arm(&self.slug, at).await?;
+                    recovery.arm(&self.slug, &self.incarnation, at).await?;
                 }
                 None => tracing::warn!(
                     slug = %self.slug,
@@ -130,7 +134,7 @@ impl BackgroundWork {
         let mut owed = self.owed.lock().await;
         owed.unfinished = true;
         match &self.recovery {
-            Some(recovery) => recovery.arm(&self.slug, at_ms).await,
+            Some(recovery) => recovery.arm(&self.slug, &self.incarnation, at_ms).await,
             None => Ok(()),
         }
     }

@@ -27,7 +27,7 @@ impl<P: Processor> Inner<P> {
     /// checkpoint does.
     pub(crate) async fn publish_audit(&self, w: &mut Working<P::State>, clear_now: bool) -> Result<(), JournalError> {
         let Some(audit) = w.pending_audit.clone() else { return Ok(()) };
-        match self.journal.append(audit.encode(), &audit.key).await {
+        match self.journal.append(&self.incarnation, audit.encode(), &audit.key).await {
             Ok(outcome) => {
                 tracing::info!(
                     slug = %self.contract.slug,
@@ -66,11 +66,25 @@ impl<P: Processor> Inner<P> {
         if self.shutdown.is_cancelled() {
             return Err(RunnerError::Drained);
         }
+        self.check_incarnation().await?;
         if w.needs_resync {
             self.resync(&mut w).await.map_err(Halt::into_error)?;
         }
         self.ensure_reduction_current(&mut w).await.map_err(Halt::into_error)?;
         Ok((ticket, w))
+    }
+
+    /// A control on a runner whose stream was re-created would only rewrite
+    /// the dead incarnation's record: refuse it clearly instead. (Should the
+    /// stream be re-created right after this check, the control's commit
+    /// still lands only in that dead record.)
+    async fn check_incarnation(&self) -> Result<(), RunnerError> {
+        let current = self.journal.incarnation().await?;
+        if current == self.incarnation {
+            Ok(())
+        } else {
+            Err(JournalError::IncarnationChanged { expected: self.incarnation.clone(), current: Some(current) }.into())
+        }
     }
 
     pub(crate) async fn re_reduce(&self, reason: &str) -> Result<(), RunnerError> {
@@ -102,7 +116,7 @@ impl<P: Processor> Inner<P> {
         next.reset_reduction(self.processor.initial_state(), &self.contract.reducer_version);
         next.pending_audit =
             Some(core_events::reprocessed(&self.contract.slug, &w.incarnation, expected, position, reason).into());
-        self.commit(&mut next, Some(cas(w, expected))).await.map_err(|halt| {
+        self.commit(&mut next, Some(Expectation::StoredRevision(expected))).await.map_err(|halt| {
             w.needs_resync = true;
             halt.into_error()
         })?;
@@ -137,7 +151,7 @@ impl<P: Processor> Inner<P> {
             core_events::skipped(&self.contract.slug, &w.incarnation, w.revision, w.completed + 1, position, reason)
                 .into(),
         );
-        self.commit(&mut next, Some(cas(w, expected))).await.map_err(|halt| {
+        self.commit(&mut next, Some(Expectation::StoredRevision(expected))).await.map_err(|halt| {
             w.needs_resync = true;
             halt.into_error()
         })?;
@@ -154,7 +168,7 @@ impl<P: Processor> Inner<P> {
         loop {
             let page = self
                 .journal
-                .read_after(cursor, self.config.page_size)
+                .read_after(&self.incarnation, cursor, self.config.page_size)
                 .await
                 .inspect_err(|e| self.view.note_journal_failure(e.to_string()))?;
             let Some(last) = page.last().map(|e| e.position) else {
@@ -166,16 +180,6 @@ impl<P: Processor> Inner<P> {
             }
             cursor = last;
         }
-    }
-}
-
-/// The compare-and-swap precondition of a control. A runner that never
-/// committed (nothing stored for this incarnation) is at revision 0 by
-/// definition; its takeover precondition already guards the record.
-fn cas<S>(w: &Working<S>, expected: u64) -> Expectation {
-    match &w.expect {
-        Expectation::Takeover { .. } => w.expect.clone(),
-        _ => Expectation::StoredRevision(expected),
     }
 }
 

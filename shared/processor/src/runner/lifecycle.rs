@@ -21,10 +21,11 @@ pub(super) async fn open<P: Processor>(
     let contract = processor.contract().clone();
     contract.check_events::<P::Event>()?;
     tracing::info!(slug = %contract.slug, "opening processor runner");
-    let w = load(&processor, &contract, adapters.journal.as_ref(), adapters.progress.as_ref(), adapters.clock.now_ms())
-        .await?;
+    let incarnation = adapters.journal.incarnation().await?;
+    let w = load(&processor, &contract, adapters.progress.as_ref(), &incarnation, adapters.clock.now_ms()).await?;
     let background = Arc::new(BackgroundWork::new(
         contract.slug.clone(),
+        incarnation.clone(),
         adapters.recovery.clone(),
         Arc::clone(&adapters.clock),
         config.revival_delay_ms,
@@ -34,6 +35,7 @@ pub(super) async fn open<P: Processor>(
         work: tokio::sync::Mutex::new(w),
         processor,
         contract,
+        incarnation,
         config,
         journal: adapters.journal,
         store: adapters.progress,

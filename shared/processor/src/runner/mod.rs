@@ -26,6 +26,7 @@ use crate::cadence::CheckpointCadence;
 use crate::contract::Contract;
 use crate::error::{RunnerError, WaitError};
 use crate::fence::FenceRejection;
+use crate::incarnation::StreamIncarnation;
 use crate::ports::{Clock, Journal, JournalError, ProgressStore, Recovery};
 use crate::processor::Processor;
 
@@ -109,6 +110,10 @@ impl Halt {
 pub(crate) struct Inner<P: Processor> {
     pub(crate) processor: P,
     pub(crate) contract: Contract,
+    /// The stream life this runner is bound to, read once at open. Every
+    /// journal read and append names it, so a re-created stream fails them
+    /// with `IncarnationChanged` instead of being read.
+    pub(crate) incarnation: StreamIncarnation,
     pub(crate) config: RunnerConfig,
     pub(crate) journal: Arc<dyn Journal>,
     pub(crate) store: Arc<dyn ProgressStore>,

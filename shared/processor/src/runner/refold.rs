@@ -68,7 +68,7 @@ impl<P: Processor> Inner<P> {
             let target = w.completed;
             let mut committed = false;
             while w.reduced < target {
-                let page = match self.journal.read_after(w.reduced, self.config.page_size).await {
+                let page = match self.journal.read_after(&self.incarnation, w.reduced, self.config.page_size).await {
                     Ok(page) => page,
                     Err(e) => {
                         self.view.note_journal_failure(e.to_string());

@@ -2,9 +2,8 @@
 
 use crate::cadence::CadenceTracker;
 use crate::contract::Contract;
-use crate::fence::Expectation;
 use crate::incarnation::StreamIncarnation;
-use crate::ports::{Journal, ProgressStore};
+use crate::ports::{ProgressError, ProgressStore};
 use crate::processor::Processor;
 use crate::progress::{PendingAudit, Processing, Progress, Reduction, StoredProgress};
 use crate::RunnerError;
@@ -27,8 +26,6 @@ pub(crate) struct Working<S> {
     pub reduced: u64,
     pub state: S,
     pub reducer_version: String,
-    /// Precondition of the next checkpoint.
-    pub expect: Expectation,
     /// A commit was fenced: reload before doing anything else.
     pub needs_resync: bool,
     /// The stored fold is unusable (version changed, state undecodable):
@@ -75,31 +72,31 @@ impl<S: Clone> Working<S> {
 }
 
 impl<P: Processor> Inner<P> {
-    /// Reads the durable record and the stream incarnation into a working
+    /// Reads the durable record of the runner's incarnation into a working
     /// state. Does not refold; see `ensure_reduction_current`.
     pub(crate) async fn load(&self) -> Result<Working<P::State>, RunnerError> {
-        load(&self.processor, &self.contract, self.journal.as_ref(), self.store.as_ref(), self.clock.now_ms()).await
+        load(&self.processor, &self.contract, self.store.as_ref(), &self.incarnation, self.clock.now_ms()).await
     }
 }
 
+/// The working state of `incarnation` from its stored record; a fresh one
+/// (everything at 0, revision 0) if there is none yet.
 pub(crate) async fn load<P: Processor>(
     processor: &P,
     contract: &Contract,
-    journal: &dyn Journal,
     store: &dyn ProgressStore,
+    incarnation: &StreamIncarnation,
     now: u64,
 ) -> Result<Working<P::State>, RunnerError> {
-    let incarnation = journal.incarnation().await?;
-    let stored = store.read().await?;
-    let fresh = |incarnation: StreamIncarnation, expect| Working {
-        incarnation,
+    let stored = store.read(incarnation).await?;
+    let mut w = Working {
+        incarnation: incarnation.clone(),
         revision: 0,
         acknowledged: 0,
         completed: 0,
         reduced: 0,
         state: processor.initial_state(),
         reducer_version: contract.reducer_version.clone(),
-        expect,
         needs_resync: false,
         pending_re_reduce: None,
         pending_audit: None,
@@ -108,22 +105,19 @@ pub(crate) async fn load<P: Processor>(
         cadence: CadenceTracker::new(now),
     };
     let Some(record) = stored else {
-        return Ok(fresh(incarnation, Expectation::Takeover { previous: None }));
+        return Ok(w);
     };
-    if record.stream_incarnation != incarnation {
-        // The stream was re-created: its old progress means nothing here.
-        tracing::info!(
-            slug = %contract.slug,
-            old = %record.stream_incarnation,
-            new = %incarnation,
-            "stream re-created; starting from the beginning"
-        );
-        return Ok(fresh(incarnation, Expectation::Takeover { previous: Some(record.stream_incarnation) }));
+    if record.stream_incarnation != *incarnation {
+        // A store must only hand out the record of the incarnation asked for.
+        return Err(ProgressError::Unavailable(format!(
+            "the progress store returned a record of incarnation {} when asked for {incarnation}",
+            record.stream_incarnation
+        ))
+        .into());
     }
     let acknowledged = record.progress.acknowledged_through();
     let revision = record.progress.cursor_revision();
     let reduction = record.progress.reduction;
-    let mut w = fresh(incarnation, Expectation::Monotonic);
     w.pending_audit = record.pending_audit;
     w.revision = revision;
     w.acknowledged = acknowledged;
