@@ -23,6 +23,7 @@ pub use view::{DrainReport, DriveReport, Revival, RuntimeState, Snapshot};
 
 use crate::backoff::Backoff;
 use crate::cadence::CheckpointCadence;
+use crate::clock::TokioClock;
 use crate::contract::Contract;
 use crate::error::{RunnerError, WaitError};
 use crate::fence::FenceRejection;
@@ -63,14 +64,39 @@ impl Default for RunnerConfig {
     }
 }
 
-/// The runner's view of the outside world.
+/// The runner's view of the outside world: any implementations of the port
+/// traits. Build with [`Adapters::new`] (the crate docs show a complete
+/// runner over hand-written adapters).
 #[derive(Clone)]
 pub struct Adapters {
     pub journal: Arc<dyn Journal>,
     pub progress: Arc<dyn ProgressStore>,
-    /// Needed when losing background work's outcome would matter.
+    /// Owns background work's outcome and revives work a drain left
+    /// unfinished. Without it, both wait for the next append.
     pub recovery: Option<Arc<dyn Recovery>>,
     pub clock: Arc<dyn Clock>,
+}
+
+impl Adapters {
+    /// Adapters over `journal`, `progress` and `recovery`, on the wall clock
+    /// ([`TokioClock`]).
+    pub fn new(journal: Arc<dyn Journal>, progress: Arc<dyn ProgressStore>, recovery: Arc<dyn Recovery>) -> Self {
+        Self { journal, progress, recovery: Some(recovery), clock: Arc::new(TokioClock::new()) }
+    }
+
+    /// Adapters without recovery, for a processor with no background work
+    /// whose host re-drives it itself: a crash then loses background work's
+    /// outcome, and a drain reports unfinished work as
+    /// [`Revival::Uncovered`].
+    pub fn without_recovery(journal: Arc<dyn Journal>, progress: Arc<dyn ProgressStore>) -> Self {
+        Self { journal, progress, recovery: None, clock: Arc::new(TokioClock::new()) }
+    }
+
+    /// Another clock (a manual one in tests).
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
 }
 
 /// Why a step stopped before completing its event.
