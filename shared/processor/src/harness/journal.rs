@@ -19,6 +19,7 @@ struct JournalState {
     by_key: HashMap<String, u64>,
     stride: u64,
     failing_reads: u32,
+    failing_appends: u32,
     reads: u64,
 }
 
@@ -46,6 +47,7 @@ impl MemoryJournal {
                 by_key: HashMap::new(),
                 stride: stride.max(1),
                 failing_reads: 0,
+                failing_appends: 0,
                 reads: 0,
             }),
         }
@@ -105,6 +107,12 @@ impl MemoryJournal {
         lock(&self.state).failing_reads = n;
     }
 
+    /// The next `n` keyed appends (the runner's and the recovery
+    /// adapter's) fail, writing nothing.
+    pub fn fail_next_appends(&self, n: u32) {
+        lock(&self.state).failing_appends = n;
+    }
+
     pub fn reads(&self) -> u64 {
         lock(&self.state).reads
     }
@@ -156,6 +164,10 @@ impl Journal for MemoryJournal {
         idempotency_key: &str,
     ) -> Result<AppendOutcome, JournalError> {
         let mut s = lock(&self.state);
+        if s.failing_appends > 0 {
+            s.failing_appends -= 1;
+            return Err(JournalError::Unavailable("injected append failure".into()));
+        }
         check_incarnation(&s, incarnation)?;
         if let Some(&position) = s.by_key.get(idempotency_key) {
             return Ok(AppendOutcome { position, deduplicated: true });

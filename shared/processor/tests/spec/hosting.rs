@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use ds_processor::harness::{run_until_crash, Boundary, World};
-use ds_processor::{CheckpointCadence, FenceRejection, ProgressError, RunnerError};
+use ds_processor::{CheckpointCadence, FenceRejection, ProgressError, Revival, RunnerError};
 
 use crate::support::*;
 
@@ -101,6 +101,28 @@ async fn drain_without_a_recovery_adapter_reports_unfinished_work_as_uncovered()
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_drain_that_cannot_arm_the_alarm_says_so() {
+    let world = World::new();
+    world.sink.hold_when(|_, body| body["label"] == "tick:1:0");
+    write(&world.journal, &[tick(1, 1)]);
+    let (runner, _) = open(&world, ProbeOptions::default(), CheckpointCadence::EveryEvent).await;
+    let driver = tokio::spawn({
+        let runner = runner.clone();
+        async move { runner.catch_up().await }
+    });
+    eventually("event 1 in flight", || runner.runtime_state().in_flight == Some(1)).await;
+    world.recovery.fail_next_arms(1);
+
+    let report = runner.drain(far()).await;
+
+    assert_eq!(driver.await.unwrap(), Err(RunnerError::Drained));
+    match &report.revival {
+        Revival::Uncovered { reason } => assert!(reason.contains("injected arm failure"), "{reason}"),
+        other => panic!("expected an uncovered revival, got {other:?}"),
+    }
+}
+
+#[tokio::test(start_paused = true)]
 async fn every_n_and_interval_cadences_checkpoint_settled_work_when_the_scan_goes_idle() {
     for cadence in [CheckpointCadence::EveryN(100), CheckpointCadence::Interval { millis: 3_600_000 }] {
         let world = World::new();
@@ -161,6 +183,33 @@ async fn a_lost_skip_compare_and_swap_leaves_no_audit_event() {
 
     assert!(matches!(error, RunnerError::Progress(ProgressError::Rejected(_))), "{error:?}");
     assert!(audits(&world, "stream/processor-skipped").is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_audit_append_that_fails_after_the_change_landed_is_retried_by_the_next_drive() {
+    let world = World::new();
+    write(&world.journal, &[tick(1, 1), tick(2, 1)]);
+    let (runner, _) = open(&world, ProbeOptions::default(), CheckpointCadence::EveryEvent).await;
+    runner.catch_up().await.unwrap();
+    write(&world.journal, &[tick(3, 1)]);
+
+    world.journal.fail_next_appends(1);
+    runner.skip_through(3, "poison", 0).await.unwrap();
+
+    assert!(audits(&world, "stream/processor-skipped").is_empty());
+    let pending = world.progress.record().unwrap().pending_audit.unwrap();
+    assert_eq!(pending.event_type, "stream/processor-skipped");
+    assert_eq!(runner.runtime_state().acknowledged_through, 3, "the change stands");
+
+    runner.catch_up().await.unwrap();
+    let audit = audits(&world, "stream/processor-skipped");
+    assert_eq!(audit.len(), 1);
+    assert_eq!(audit[0]["reason"], "poison");
+    // Later commits drop it from the record.
+    write(&world.journal, &[tick(4, 0)]);
+    runner.catch_up().await.unwrap();
+    assert_eq!(world.progress.record().unwrap().pending_audit, None);
+    assert_eq!(audits(&world, "stream/processor-skipped").len(), 1);
 }
 
 #[tokio::test(start_paused = true)]
