@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use ds_processor::adapter_contract::{self, run_check, AdapterFactory, AdapterSet};
+use ds_processor::adapter_contract::{self, AdapterFactory, AdapterSet};
 use ds_processor::harness::MemoryAdapterFactory;
 use ds_processor::{
     check_fence, Alarm, AppendOutcome, Fence, Journal, JournalEntry, JournalError, ProgressError, ProgressStore,
@@ -151,35 +151,31 @@ impl Recovery for Stacking {
     }
 }
 
-#[test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[should_panic(expected = "never reads the new incarnation")]
-fn a_journal_reading_any_incarnation_fails_the_incarnation_check() {
-    run_check(async {
-        adapter_contract::incarnation_change_isolates_the_old_incarnation(&broken(Flaw::ReadsAnyIncarnation)).await
-    });
+async fn a_journal_reading_any_incarnation_fails_the_incarnation_check() {
+    adapter_contract::incarnation_change_isolates_the_old_incarnation(&broken(Flaw::ReadsAnyIncarnation)).await;
 }
 
-#[test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[should_panic(expected = "deduplicated: true")]
-fn a_journal_deduping_per_instance_fails_the_dedupe_check() {
-    run_check(async {
-        adapter_contract::append_dedupes_by_key_across_instances(&broken(Flaw::DedupesPerInstance)).await
-    });
+async fn a_journal_deduping_per_instance_fails_the_dedupe_check() {
+    adapter_contract::append_dedupes_by_key_across_instances(&broken(Flaw::DedupesPerInstance)).await;
 }
 
-#[test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[should_panic(expected = "exactly one commit must land")]
-fn a_store_checking_then_writing_fails_the_commit_race() {
-    run_check(async { adapter_contract::concurrent_commits_one_winner(&broken(Flaw::CheckThenWrite)).await });
+async fn a_store_checking_then_writing_fails_the_commit_race() {
+    adapter_contract::concurrent_commits_one_winner(&broken(Flaw::CheckThenWrite)).await;
 }
 
-#[test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[should_panic(expected = "armed twice, fires once")]
-fn stacking_alarms_fail_the_alarm_check() {
-    run_check(async { adapter_contract::alarm_armed_twice_revives_once(&broken(Flaw::AlarmsStack)).await });
+async fn stacking_alarms_fail_the_alarm_check() {
+    adapter_contract::alarm_armed_twice_revives_once(&broken(Flaw::AlarmsStack)).await;
 }
 
-#[test]
-fn the_unbroken_memory_adapters_pass_every_check() {
-    run_check(async { adapter_contract::run_all(&MemoryAdapterFactory::new()).await });
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_unbroken_memory_adapters_pass_every_check() {
+    adapter_contract::run_all(&MemoryAdapterFactory::new()).await;
 }

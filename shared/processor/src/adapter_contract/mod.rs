@@ -13,14 +13,19 @@
 //! share it too). Checks create their own streams, so one storage may serve
 //! every check.
 //!
-//! One macro line runs the whole suite, one `#[test]` per check (each on
-//! its own two-worker runtime, since the race checks need real
-//! parallelism). The factory expression is evaluated inside the test's
-//! async context, so it may `.await`:
+//! One macro line runs the whole suite, in the shape of ds-core's
+//! `contract_suite!`: [`adapter_contract_suite!`](crate::adapter_contract_suite)
+//! expands to one multi-thread `#[tokio::test]` per check (the race checks
+//! need real parallelism), each asking `factory` for its factory by check
+//! name; `None` skips (e.g. no emulator configured):
 //!
 //! ```ignore
 //! // tests/adapter_contract.rs of an adapter crate
-//! ds_processor::adapter_contract_suite!(MyFactory::connect().await);
+//! async fn factory(_check: &'static str) -> Option<impl AdapterFactory> {
+//!     Some(MyAdapterFactory::connect().await)
+//! }
+//!
+//! ds_processor::adapter_contract_suite!(factory);
 //! ```
 //!
 //! Checks: [`journal_reads_in_order`], [`append_dedupes_by_key_across_instances`],
@@ -44,7 +49,6 @@ mod journal;
 mod progress;
 mod runner;
 
-use std::future::Future;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -118,25 +122,15 @@ pub async fn run_all(f: &dyn AdapterFactory) {
     runner_resumes_across_instances(f).await;
 }
 
-/// Runs one check on a fresh two-worker runtime (used by
-/// [`crate::adapter_contract_suite!`]).
-#[doc(hidden)]
-pub fn run_check(check: impl Future<Output = ()>) {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a tokio runtime for the adapter contract check");
-    runtime.block_on(check);
-}
-
-/// Expands to one `#[test]` per check of [`crate::adapter_contract`],
-/// each building the factory from `$factory` (an expression, evaluated in an
-/// async context so it may `.await`). Invoke it once per module.
+/// One `#[tokio::test]` per adapter contract check — this macro's list is
+/// THE list of checks every adapter set runs — each against the factory
+/// `$factory`: an `async fn(&'static str) -> Option<impl AdapterFactory>`
+/// given the check's name, returning `None` to skip. Invoke it once per
+/// module; the crate needs `tokio` (macros, multi-thread runtime).
 #[macro_export]
 macro_rules! adapter_contract_suite {
-    ($factory:expr) => {
-        $crate::adapter_contract_suite!(@checks ($factory)
+    ($factory:path) => {
+        $crate::adapter_contract_suite!(@checks $factory;
             journal_reads_in_order,
             append_dedupes_by_key_across_instances,
             progress_round_trips_across_instances,
@@ -152,13 +146,11 @@ macro_rules! adapter_contract_suite {
             runner_resumes_across_instances,
         );
     };
-    (@checks ($factory:expr) $($check:ident),* $(,)?) => {$(
-        #[test]
-        fn $check() {
-            $crate::adapter_contract::run_check(async {
-                let factory = $factory;
-                $crate::adapter_contract::$check(&factory).await;
-            });
+    (@checks $factory:path; $($check:ident),* $(,)?) => {$(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $check() {
+            let Some(factory) = $factory(stringify!($check)).await else { return };
+            $crate::adapter_contract::$check(&factory).await;
         }
     )*};
 }
