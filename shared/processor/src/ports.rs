@@ -1,7 +1,8 @@
 //! Adapter traits: everything the runner needs from the outside world.
 //!
 //! Nothing here is AWS- or HTTP-specific. In-memory implementations live in
-//! [`crate::harness`] (feature `test-util`).
+//! `harness`, and every implementation is held to these contracts by the
+//! suite in `adapter_contract` (both feature `test-util`).
 
 use async_trait::async_trait;
 use bytes::Bytes;
