@@ -5,19 +5,27 @@
 //! The gap is the deliberate at-least-once replay window. Whatever the policy,
 //! a checkpoint only ever writes `completed_through`, so it can never
 //! acknowledge past unsettled blocking work.
+//!
+//! The policies only thin out checkpoints *during* a scan. When a scan
+//! reaches the head (the runner goes idle) every policy checkpoints what
+//! settled: an idle runner never sits on unacknowledged settled work, which
+//! `wait_until_event` callers, lag metrics and the next host would all
+//! otherwise wait on until more events arrive.
 
 /// Policy for persisting progress.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CheckpointCadence {
     /// After every event (and eventless call).
     EveryEvent,
-    /// After every `n` completed events.
+    /// After every `n` completed events, and when a scan reaches the head.
     EveryN(u32),
-    /// After an event when at least `millis` passed since the last checkpoint.
+    /// After an event when at least `millis` passed since the last
+    /// checkpoint, and when a scan reaches the head.
     Interval { millis: u64 },
     /// When a scan reaches the head.
     Idle,
-    /// When a transport frame (or `catch_up`) finishes.
+    /// When a transport frame (or `catch_up`) finishes, which is right after
+    /// its scan reached the head.
     BatchEnd,
 }
 
@@ -63,7 +71,9 @@ impl CheckpointCadence {
             (Self::Interval { millis }, Moment::EventCompleted) => {
                 now_ms.saturating_sub(tracker.last_commit_ms) >= millis
             }
-            (Self::Idle, Moment::ScanIdle) => true,
+            // Idle: whatever the policy, settled work is not left waiting
+            // for more events to arrive.
+            (Self::EveryEvent | Self::EveryN(_) | Self::Interval { .. } | Self::Idle, Moment::ScanIdle) => true,
             (Self::BatchEnd, Moment::BatchEnd) => true,
             _ => false,
         }
@@ -83,7 +93,20 @@ mod tests {
         let c = CheckpointCadence::EveryN(3);
         assert!(!c.is_due(Moment::EventCompleted, &tracker(2, 0), 0));
         assert!(c.is_due(Moment::EventCompleted, &tracker(3, 0), 0));
-        assert!(!c.is_due(Moment::ScanIdle, &tracker(3, 0), 0));
+    }
+
+    #[test]
+    fn every_policy_but_batch_end_checkpoints_when_the_scan_goes_idle() {
+        for c in [
+            CheckpointCadence::EveryEvent,
+            CheckpointCadence::EveryN(100),
+            CheckpointCadence::Interval { millis: 60_000 },
+            CheckpointCadence::Idle,
+        ] {
+            assert!(c.is_due(Moment::ScanIdle, &tracker(1, 0), 1), "{c:?}");
+        }
+        // Batch end follows the idle scan at once and checkpoints there.
+        assert!(!CheckpointCadence::BatchEnd.is_due(Moment::ScanIdle, &tracker(1, 0), 1));
     }
 
     #[test]

@@ -1,5 +1,9 @@
 //! The processor's contract: who it is, which fold it runs, what it reads.
 
+use serde::de::DeserializeOwned;
+
+use crate::event_types::{decodes_type, event_type_names};
+
 /// Prefix of the event types the stream and the runner write about themselves
 /// (`stream/processor-revived`, diagnostics, audit records).
 ///
@@ -18,6 +22,13 @@ pub const ANY_EVENT: &str = "*";
 ///   re-reduce (reduce only, no effects) through the acknowledged cursor.
 /// * `consumes` lists event types (or [`ANY_EVENT`]). Events outside the list
 ///   still advance both cursors; they are neither reduced nor processed.
+///
+/// The event type names usually already live in the processor's `Event`
+/// enum (`#[serde(rename = "order/placed")]`). [`Contract::for_events`]
+/// takes them from there, so they are written once. A list given to
+/// [`Contract::new`] is checked against the `Event` type when a runner is
+/// built ([`Contract::check_events`]): naming a type the enum cannot decode
+/// is an error, because every such event would only earn a diagnostic.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Contract {
     pub slug: String,
@@ -38,6 +49,48 @@ impl Contract {
         }
     }
 
+    /// A contract consuming exactly the event types `E` decodes: the names
+    /// of a `#[serde(tag = "type")]` (optionally `content = "payload"`) enum.
+    /// Fails for a type that does not list its names (see
+    /// [`ContractError::EventTypesUnknown`]); list them with [`Contract::new`].
+    pub fn for_events<E: DeserializeOwned>(
+        slug: impl Into<String>,
+        reducer_version: impl Into<String>,
+    ) -> Result<Self, ContractError> {
+        let slug = slug.into();
+        match event_type_names::<E>() {
+            Some(names) => Ok(Self::new(slug, reducer_version, names.iter().copied())),
+            None => Err(ContractError::EventTypesUnknown { slug }),
+        }
+    }
+
+    /// Checks `consumes` against the names `E` decodes. A type that accepts
+    /// any name (`serde_json::Value`, an enum with `#[serde(other)]`) passes.
+    /// A variant the contract does not consume is allowed (a processor may
+    /// consume a subset) but logged, since its events are skipped.
+    pub fn check_events<E: DeserializeOwned>(&self) -> Result<(), ContractError> {
+        let Some(names) = event_type_names::<E>() else {
+            return Ok(());
+        };
+        let known = || names.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>();
+        for consumed in &self.consumes {
+            if consumed == ANY_EVENT {
+                return Err(ContractError::WildcardWithClosedEvents { slug: self.slug.clone(), known: known() });
+            }
+            if !decodes_type::<E>(consumed) {
+                return Err(ContractError::UnknownConsumedType {
+                    slug: self.slug.clone(),
+                    event_type: consumed.clone(),
+                    known: known(),
+                });
+            }
+        }
+        for name in names.iter().filter(|n| !self.consumes_type(n)) {
+            tracing::warn!(slug = %self.slug, event_type = name, "the event type decodes a type the contract does not consume; such events are skipped");
+        }
+        Ok(())
+    }
+
     /// Whether an event of `event_type` is delivered to this processor.
     pub fn consumes_type(&self, event_type: &str) -> bool {
         if self.consumes.iter().any(|c| c == event_type) {
@@ -53,9 +106,66 @@ impl Contract {
     }
 }
 
+/// A contract that disagrees with its processor's `Event` type.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ContractError {
+    #[error(
+        "processor `{slug}` consumes `{event_type}`, which its event type cannot decode (it decodes {known:?}): \
+         every such event would only earn a diagnostic"
+    )]
+    UnknownConsumedType { slug: String, event_type: String, known: Vec<String> },
+    #[error(
+        "processor `{slug}` consumes every domain event (`*`), but its event type decodes only {known:?}: \
+         every other event would only earn a diagnostic (use an open event type, or name the types)"
+    )]
+    WildcardWithClosedEvents { slug: String, known: Vec<String> },
+    #[error(
+        "processor `{slug}`: its event type does not list the event types it decodes (it is not an enum \
+         tagged by `type`); name them with `Contract::new`"
+    )]
+    EventTypesUnknown { slug: String },
+}
+
 #[cfg(test)]
 mod tests {
+    use serde::Deserialize;
+
     use super::*;
+
+    #[derive(Debug, Deserialize)]
+    #[serde(tag = "type", content = "payload")]
+    #[allow(dead_code)]
+    enum Orders {
+        #[serde(rename = "order/placed")]
+        Placed { id: String },
+        #[serde(rename = "order/cancelled")]
+        Cancelled,
+    }
+
+    #[test]
+    fn for_events_takes_the_names_from_the_event_enum() {
+        let c = Contract::for_events::<Orders>("orders", "1").expect("Orders is tagged by type");
+        assert_eq!(c.consumes, ["order/placed", "order/cancelled"]);
+        assert_eq!(c.check_events::<Orders>(), Ok(()));
+        assert_eq!(
+            Contract::for_events::<serde_json::Value>("any", "1"),
+            Err(ContractError::EventTypesUnknown { slug: "any".into() })
+        );
+    }
+
+    #[test]
+    fn a_consumed_type_the_enum_cannot_decode_is_drift() {
+        let typo = Contract::new("orders", "1", ["order/placed", "order/canceled"]);
+        assert!(matches!(
+            typo.check_events::<Orders>(),
+            Err(ContractError::UnknownConsumedType { event_type, .. }) if event_type == "order/canceled"
+        ));
+        let wildcard = Contract::new("orders", "1", ["*"]);
+        assert!(matches!(wildcard.check_events::<Orders>(), Err(ContractError::WildcardWithClosedEvents { .. })));
+        // A subset is fine, and an open event type takes anything.
+        assert_eq!(Contract::new("orders", "1", ["order/placed"]).check_events::<Orders>(), Ok(()));
+        assert_eq!(wildcard.check_events::<serde_json::Value>(), Ok(()));
+    }
 
     #[test]
     fn wildcard_matches_domain_events_but_not_core_events() {

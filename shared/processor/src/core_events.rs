@@ -9,6 +9,7 @@ use crate::event::OutgoingEvent;
 use crate::idempotency::runner_key;
 use crate::incarnation::StreamIncarnation;
 use crate::ports::{Alarm, AppendOutcome, Journal, JournalError};
+use crate::progress::PendingAudit;
 
 /// Appended by the recovery adapter when a revival alarm fires.
 pub const PROCESSOR_REVIVED: &str = "stream/processor-revived";
@@ -26,6 +27,19 @@ pub const PROCESSOR_SKIPPED: &str = "stream/processor-skipped";
 pub(crate) struct KeyedEvent {
     pub event: OutgoingEvent,
     pub key: String,
+}
+
+impl From<KeyedEvent> for PendingAudit {
+    fn from(keyed: KeyedEvent) -> Self {
+        Self { key: keyed.key, event_type: keyed.event.event_type, payload: keyed.event.payload }
+    }
+}
+
+impl PendingAudit {
+    /// The JSON bytes appended to the journal.
+    pub fn encode(&self) -> bytes::Bytes {
+        OutgoingEvent::new(self.event_type.clone(), self.payload.clone()).encode()
+    }
 }
 
 pub(crate) fn diagnostic(
@@ -137,8 +151,10 @@ pub fn revived(alarm: &Alarm) -> (OutgoingEvent, String) {
     (OutgoingEvent::new(PROCESSOR_REVIVED, payload), runner_key("revived", &[&alarm.slug, &alarm.token]))
 }
 
-/// Appends the revival event for `alarm`; for [`crate::Recovery`] adapters.
+/// Appends the revival event for `alarm` to the incarnation it was armed
+/// for; for [`crate::Recovery`] adapters. A re-created stream refuses it
+/// with [`JournalError::IncarnationChanged`]: nothing is owed there.
 pub async fn append_revival(journal: &dyn Journal, alarm: &Alarm) -> Result<AppendOutcome, JournalError> {
     let (event, key) = revived(alarm);
-    journal.append(event.encode(), &key).await
+    journal.append(&alarm.incarnation, event.encode(), &key).await
 }

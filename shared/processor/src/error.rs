@@ -1,5 +1,6 @@
 //! Errors of the runner's public operations.
 
+use crate::contract::ContractError;
 use crate::fence::FenceRejection;
 use crate::ports::{JournalError, ProgressError, RecoveryError};
 
@@ -12,6 +13,9 @@ pub enum RunnerError {
     Progress(#[from] ProgressError),
     #[error(transparent)]
     Recovery(#[from] RecoveryError),
+    /// The processor's contract disagrees with its event type.
+    #[error(transparent)]
+    Contract(#[from] ContractError),
     #[error("processor state does not round-trip through JSON: {0}")]
     StateCodec(String),
     #[error("the runner was drained")]

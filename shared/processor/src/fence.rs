@@ -1,8 +1,10 @@
 //! Conditional-write rules for progress commits.
 //!
-//! Pure, so every store (in memory now, a DynamoDB conditional write later)
-//! applies the same rules. A commit carries a [`Fence`]; the store accepts it
-//! only if [`check_fence`] does.
+//! Pure, so every store (in memory, a DynamoDB conditional write) applies
+//! the same rules. A commit carries a [`Fence`]; the store accepts it only if
+//! [`check_fence`] does, checked against the stored record of the fence's
+//! incarnation (records are kept per incarnation, see
+//! [`crate::ProgressStore`]).
 
 use crate::incarnation::StreamIncarnation;
 use crate::progress::StoredProgress;
@@ -20,17 +22,12 @@ pub struct Fence {
 /// Precondition on the stored record.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Expectation {
-    /// Ordinary checkpoint: same incarnation, revision not older, and at the
-    /// same revision the ack does not move backward.
+    /// Ordinary checkpoint: the record is absent, or its revision is not
+    /// newer and at the same revision the ack does not move backward.
     Monotonic,
     /// Operator compare-and-swap: the stored revision must be exactly this
-    /// (then the monotonic rules apply on top).
+    /// (an absent record is at revision 0); then the monotonic rules apply.
     StoredRevision(u64),
-    /// First commit of a runner that found no record, or a record of another
-    /// incarnation: the stored record must still be absent or of `previous`.
-    /// A record already of the committing incarnation falls back to the
-    /// monotonic rules (a retried takeover).
-    Takeover { previous: Option<StreamIncarnation> },
 }
 
 /// Why a commit was refused.
@@ -38,6 +35,9 @@ pub enum Expectation {
 pub enum FenceRejection {
     #[error("stale cursor revision {attempted} (stored {stored})")]
     StaleRevision { stored: u64, attempted: u64 },
+    /// The stored record handed to [`check_fence`] belongs to another
+    /// incarnation than the fence. A store keeping records per incarnation
+    /// never does that; the check guards against one that would.
     #[error("stale stream incarnation {attempted} (stored {stored})")]
     StaleIncarnation { stored: StreamIncarnation, attempted: StreamIncarnation },
     #[error("acknowledged_through would move backward from {stored} to {attempted} within one revision")]
@@ -46,13 +46,12 @@ pub enum FenceRejection {
     InvariantBroken { reduced_through: u64, acknowledged_through: u64 },
     #[error("expected stored cursor revision {expected}, found {stored:?}")]
     RevisionMismatch { expected: u64, stored: Option<u64> },
-    #[error("takeover expected incarnation {expected:?}, found {stored}")]
-    TakeoverConflict { expected: Option<StreamIncarnation>, stored: StreamIncarnation },
     #[error("record and fence disagree on incarnation or revision")]
     FenceDisagrees,
 }
 
-/// Decides whether `next` may replace `stored` under `fence`.
+/// Decides whether `next` may replace `stored` (the record of the fence's
+/// incarnation, `None` if there is none yet) under `fence`.
 pub fn check_fence(
     stored: Option<&StoredProgress>,
     next: &StoredProgress,
@@ -67,44 +66,25 @@ pub fn check_fence(
     if next.stream_incarnation != fence.stream_incarnation || next.progress.cursor_revision() != fence.cursor_revision {
         return Err(FenceRejection::FenceDisagrees);
     }
-    let Some(stored) = stored else {
-        return match fence.expect {
-            Expectation::StoredRevision(expected) => Err(FenceRejection::RevisionMismatch { expected, stored: None }),
-            Expectation::Monotonic | Expectation::Takeover { .. } => Ok(()),
-        };
-    };
-    match &fence.expect {
-        Expectation::Takeover { previous } if stored.stream_incarnation != fence.stream_incarnation => {
-            return if previous.as_ref() == Some(&stored.stream_incarnation) {
-                Ok(())
-            } else {
-                Err(FenceRejection::TakeoverConflict {
-                    expected: previous.clone(),
-                    stored: stored.stream_incarnation.clone(),
-                })
-            };
-        }
-        Expectation::StoredRevision(expected)
-            if stored.stream_incarnation == fence.stream_incarnation
-                && stored.progress.cursor_revision() != *expected =>
-        {
-            return Err(FenceRejection::RevisionMismatch {
-                expected: *expected,
-                stored: Some(stored.progress.cursor_revision()),
-            });
-        }
-        _ => {}
-    }
-    monotonic(stored, next, fence)
-}
-
-fn monotonic(stored: &StoredProgress, next: &StoredProgress, fence: &Fence) -> Result<(), FenceRejection> {
-    if stored.stream_incarnation != fence.stream_incarnation {
+    if let Some(stored) = stored.filter(|s| s.stream_incarnation != fence.stream_incarnation) {
         return Err(FenceRejection::StaleIncarnation {
             stored: stored.stream_incarnation.clone(),
             attempted: fence.stream_incarnation.clone(),
         });
     }
+    let stored_revision = stored.map_or(0, |s| s.progress.cursor_revision());
+    if let Expectation::StoredRevision(expected) = fence.expect {
+        if stored_revision != expected {
+            return Err(FenceRejection::RevisionMismatch { expected, stored: stored.map(|_| stored_revision) });
+        }
+    }
+    match stored {
+        None => Ok(()),
+        Some(stored) => monotonic(stored, next, fence),
+    }
+}
+
+fn monotonic(stored: &StoredProgress, next: &StoredProgress, fence: &Fence) -> Result<(), FenceRejection> {
     let stored_revision = stored.progress.cursor_revision();
     if fence.cursor_revision < stored_revision {
         return Err(FenceRejection::StaleRevision { stored: stored_revision, attempted: fence.cursor_revision });

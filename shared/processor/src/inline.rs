@@ -6,7 +6,7 @@
 //! `process_event` runs after the commit with only the background door;
 //! the host passes that work to its `waitUntil` equivalent.
 
-use crate::contract::Contract;
+use crate::contract::{Contract, ContractError};
 use crate::delivery::{Delivery, Phase};
 use crate::effects::{EffectFuture, Effects};
 use crate::event::{decode, Decoded, Envelope, JournalEntry};
@@ -53,15 +53,17 @@ pub struct InlineRunner<P: Processor> {
 }
 
 impl<P: Processor> InlineRunner<P> {
-    /// A runner for an empty stream.
-    pub fn new(processor: P, incarnation: StreamIncarnation) -> Self {
+    /// A runner for an empty stream. Fails if the contract disagrees with
+    /// the processor's event type ([`Contract::check_events`]).
+    pub fn new(processor: P, incarnation: StreamIncarnation) -> Result<Self, ContractError> {
         let contract = processor.contract().clone();
+        contract.check_events::<P::Event>()?;
         let reduction = Reduction {
             reducer_version: contract.reducer_version.clone(),
             reduced_through: 0,
             state: processor.initial_state(),
         };
-        Self { processor, contract, incarnation, head: 0, reduction }
+        Ok(Self { processor, contract, incarnation, head: 0, reduction })
     }
 
     /// A runner for a stream at `head`, from a cached reduction plus the
@@ -73,29 +75,31 @@ impl<P: Processor> InlineRunner<P> {
         head: u64,
         cache: Option<Reduction<P::State>>,
         history: I,
-    ) -> Self
+    ) -> Result<Self, ContractError>
     where
         I: IntoIterator<Item = JournalEntry>,
     {
-        let mut runner = Self::new(processor, incarnation);
+        let mut runner = Self::new(processor, incarnation)?;
         if let Some(cache) = cache {
             if cache.reducer_version == runner.contract.reducer_version && cache.reduced_through <= head {
                 runner.reduction = cache;
             }
         }
+        let Reduction { reducer_version, reduced_through: mut folded_through, mut state } = runner.reduction;
         for entry in history {
-            if entry.position <= runner.reduction.reduced_through || entry.position > head {
+            // Each position folds once, in order: repeats and entries the
+            // cache already covers are skipped.
+            if entry.position <= folded_through || entry.position > head {
                 continue;
             }
             if let Decoded::Deliverable(envelope) = decode::<P::Event>(&runner.contract, &entry) {
-                let state = std::mem::take(&mut runner.reduction.state);
-                runner.reduction.state = runner.processor.reduce(state, &envelope);
+                state = runner.processor.reduce(state, &envelope);
             }
-            runner.reduction.reduced_through = entry.position;
+            folded_through = entry.position;
         }
-        runner.reduction.reduced_through = head;
+        runner.reduction = Reduction { reducer_version, reduced_through: head, state };
         runner.head = head;
-        runner
+        Ok(runner)
     }
 
     /// Validates and folds one append. On `Err` nothing changed: no position

@@ -1,7 +1,8 @@
 //! Adapter traits: everything the runner needs from the outside world.
 //!
 //! Nothing here is AWS- or HTTP-specific. In-memory implementations live in
-//! [`crate::harness`] (feature `test-util`).
+//! `harness`, and every implementation is held to these contracts by the
+//! suite in `adapter_contract` (both feature `test-util`).
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -14,8 +15,26 @@ use crate::progress::StoredProgress;
 
 /// A journal read or append failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("journal: {0}")]
-pub struct JournalError(pub String);
+pub enum JournalError {
+    /// The stream is no longer at the incarnation the caller is bound to: it
+    /// was deleted, and maybe created again (`current`). Nothing was read or
+    /// written. Retrying cannot help: whatever was bound to the old
+    /// incarnation is done, and a runner must be opened anew to process the
+    /// new one.
+    #[error("stream incarnation changed: bound to {expected}, the stream is now {}", describe(current.as_ref()))]
+    IncarnationChanged { expected: StreamIncarnation, current: Option<StreamIncarnation> },
+    /// The stream does not exist.
+    #[error("stream not found")]
+    StreamNotFound,
+    /// Transient or backend failure. May be retried; an append retried
+    /// under the same key dedupes if the first attempt did land.
+    #[error("journal unavailable: {0}")]
+    Unavailable(String),
+}
+
+fn describe(current: Option<&StreamIncarnation>) -> String {
+    current.map_or_else(|| "deleted".to_owned(), |c| format!("at {c}"))
+}
 
 /// A progress read or commit failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -29,8 +48,15 @@ pub enum ProgressError {
 
 /// The recovery adapter failed to arm, disarm or handle an alarm.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("recovery: {0}")]
-pub struct RecoveryError(pub String);
+pub enum RecoveryError {
+    /// Appending the revival event failed. `IncarnationChanged` means the
+    /// alarm belongs to a stream life that is over: drop it, nothing is owed.
+    #[error("recovery: {0}")]
+    Journal(#[from] JournalError),
+    /// The scheduler (or whatever keeps alarms) failed; may be retried.
+    #[error("recovery unavailable: {0}")]
+    Unavailable(String),
+}
 
 /// Result of an idempotent append.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,27 +68,56 @@ pub struct AppendOutcome {
 
 /// The stream a processor reads, and where it appends core events.
 ///
+/// Incarnation-bound: every read and append names the stream incarnation
+/// the caller is bound to, and fails with [`JournalError::IncarnationChanged`]
+/// — atomically with the read or the write — if the stream is not at it. A
+/// caller bound to a deleted (or deleted and re-created) stream therefore
+/// never reads the new incarnation's entries and never appends to it.
+///
 /// Invariants: positions are supplied by the journal and strictly increase
-/// (gaps allowed); `read_after` returns entries with `position > after` in
-/// order; `append` with a key already used returns the earlier position and
-/// writes nothing.
+/// within an incarnation (gaps allowed); `read_after` returns entries with
+/// `position > after` in order, at most `limit`, empty only at the head;
+/// `append` with a key already used in this incarnation returns the earlier
+/// position and writes nothing, also when another instance over the same
+/// storage used it, also when two instances append under one key at once
+/// (the key is recorded atomically with the entry). Keys are scoped to one
+/// incarnation: a re-created stream starts with none.
 #[async_trait]
 pub trait Journal: Send + Sync {
-    /// The stream's current incarnation.
+    /// The stream's current incarnation; [`JournalError::StreamNotFound`]
+    /// if it does not exist.
     async fn incarnation(&self) -> Result<StreamIncarnation, JournalError>;
-    /// Up to `limit` entries after `after`; empty means at the head.
-    async fn read_after(&self, after: u64, limit: usize) -> Result<Vec<JournalEntry>, JournalError>;
-    /// Appends `data` unless `idempotency_key` was used before.
-    async fn append(&self, data: Bytes, idempotency_key: &str) -> Result<AppendOutcome, JournalError>;
+    /// Up to `limit` entries of `incarnation` after `after`; empty means at
+    /// the head.
+    async fn read_after(
+        &self,
+        incarnation: &StreamIncarnation,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<JournalEntry>, JournalError>;
+    /// Appends `data` to `incarnation` unless `idempotency_key` was used
+    /// before in it.
+    async fn append(
+        &self,
+        incarnation: &StreamIncarnation,
+        data: Bytes,
+        idempotency_key: &str,
+    ) -> Result<AppendOutcome, JournalError>;
 }
 
-/// Durable home of one (stream, processor) progress record.
+/// Durable home of one processor's progress on one stream: one record per
+/// (stream, incarnation, processor).
 ///
-/// `commit` is a conditional write: it must apply [`crate::check_fence`]
-/// against the stored record atomically, and store nothing on rejection.
+/// `read` returns the record of the named incarnation only — never another
+/// incarnation's. `commit` writes the record of `fence.stream_incarnation`
+/// as a conditional write: it applies [`crate::check_fence`] against that
+/// same stored record atomically, and stores nothing on rejection. A commit
+/// never reads or changes another incarnation's record, so a runner bound to
+/// a dead incarnation cannot disturb the live one's progress (its journal
+/// reads fail with [`JournalError::IncarnationChanged`]).
 #[async_trait]
 pub trait ProgressStore: Send + Sync {
-    async fn read(&self) -> Result<Option<StoredProgress>, ProgressError>;
+    async fn read(&self, incarnation: &StreamIncarnation) -> Result<Option<StoredProgress>, ProgressError>;
     async fn commit(&self, record: &StoredProgress, fence: &Fence) -> Result<(), ProgressError>;
 }
 
@@ -70,7 +125,12 @@ pub trait ProgressStore: Send + Sync {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Alarm {
     pub slug: String,
-    /// Distinguishes armings; the revival event is keyed by it.
+    /// The stream life the alarm was armed for; its revival event goes there
+    /// (and nowhere, if the stream was re-created since).
+    pub incarnation: StreamIncarnation,
+    /// Unique per arming, across every instance over the same storage: the
+    /// revival event is keyed by it, so a redelivered alarm dedupes while a
+    /// later arming revives again.
     pub token: String,
     pub at_ms: u64,
 }
@@ -78,14 +138,19 @@ pub struct Alarm {
 /// Keeps background work's outcome from being lost with the process.
 ///
 /// The runner arms the alarm before starting background work and disarms it
-/// when all owed work succeeded. If the process dies first, the alarm fires
-/// and `handle_alarm` appends exactly one `stream/processor-revived` event
-/// (keyed by the alarm, so redelivered alarms dedupe), which wakes delivery
-/// and guarantees a caught-up turn over the full fold.
+/// when all owed work succeeded; a drain arms it for blocking work it left
+/// unfinished. If the process dies first, the alarm fires and `handle_alarm`
+/// appends exactly one `stream/processor-revived` event (keyed by the
+/// alarm's token, so redelivered alarms dedupe), which wakes delivery and
+/// guarantees a caught-up turn over the full fold.
+///
+/// There is at most one alarm per (stream, processor slug), whichever
+/// instance armed it: arming again replaces it (new token, new time).
 #[async_trait]
 pub trait Recovery: Send + Sync {
-    /// Arms (or re-arms, replacing) the one-shot alarm of `slug` at `at_ms`.
-    async fn arm(&self, slug: &str, at_ms: u64) -> Result<(), RecoveryError>;
+    /// Arms (or re-arms, replacing) the one-shot alarm of `slug` at `at_ms`
+    /// for the stream's `incarnation`.
+    async fn arm(&self, slug: &str, incarnation: &StreamIncarnation, at_ms: u64) -> Result<(), RecoveryError>;
     /// Cancels the pending alarm of `slug`, if any.
     async fn disarm(&self, slug: &str) -> Result<(), RecoveryError>;
     /// Handles a fired alarm; see [`crate::core_events::append_revival`].

@@ -35,9 +35,10 @@ pub struct ProcessCall<'a, E, S> {
     pub delivery: &'a Delivery,
 }
 
-/// A stream processor. Every hook is optional:
-/// a pure fold implements only [`reduce`](Processor::reduce); a stateless
-/// processor only [`process_event`](Processor::process_event).
+/// A stream processor. Besides its [`contract`](Processor::contract) and
+/// [`initial_state`](Processor::initial_state) every hook is optional: a pure
+/// fold implements only [`reduce`](Processor::reduce); a stateless processor
+/// only [`process_event`](Processor::process_event).
 ///
 /// Invariants the runner relies on:
 /// * `reduce` is pure and deterministic — it is re-run by refolds, rewinds
@@ -47,16 +48,18 @@ pub struct ProcessCall<'a, E, S> {
 ///   idempotency key from the [`Delivery`].
 pub trait Processor: Send + Sync + 'static {
     /// Folded state. Persisted as JSON in the progress record.
-    type State: Clone + Default + Serialize + DeserializeOwned + Send + Sync + 'static;
-    /// Decoded from `{"type", "payload"}` of each consumed entry.
+    type State: Clone + Serialize + DeserializeOwned + Send + Sync + 'static;
+    /// Decoded from `{"type", "payload"}` of each consumed entry: typically
+    /// an enum with `#[serde(tag = "type", content = "payload")]` whose
+    /// variant names are the event types (see [`Contract::for_events`]).
     type Event: DeserializeOwned + Send + Sync + 'static;
 
     fn contract(&self) -> &Contract;
 
-    /// State before the first event.
-    fn initial_state(&self) -> Self::State {
-        Self::State::default()
-    }
+    /// State before the first event (also what a re-reduce or rewind folds
+    /// from). Required, so a state needs no `Default`: for one that has it,
+    /// `Self::State::default()`.
+    fn initial_state(&self) -> Self::State;
 
     /// Pre-commit gate, used by the inline runner only: an error refuses the
     /// append, leaving no trace.

@@ -56,10 +56,36 @@ impl<S> Progress<S> {
 }
 
 /// What a [`crate::ProgressStore`] keeps for one (stream, processor): the
-/// progress with its state as JSON, and the stream incarnation it belongs to.
+/// progress with its state as JSON, the stream incarnation it belongs to,
+/// and the audit event of an operator control it still owes the journal.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct StoredProgress {
     pub stream_incarnation: StreamIncarnation,
     pub progress: Progress<Value>,
+    /// Set by the commit that applies an operator control (or a re-reduce);
+    /// the journal gets the event only after that commit landed, and a later
+    /// commit drops it once appended. See [`PendingAudit`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending_audit: Option<PendingAudit>,
+}
+
+/// An audit event owed by a landed change.
+///
+/// A control's change and its audit event live in two places (the progress
+/// record and the journal), which no port lets the runner write atomically.
+/// So the audit event travels *inside* the commit that makes the change: a
+/// lost compare-and-swap stores nothing, hence no audit event ever exists
+/// for a change that did not happen. After the commit lands the runner
+/// appends the event under its deterministic key; if the process dies in
+/// between, the record still carries it and whichever runner next loads the
+/// record appends it (the key dedupes a repeat), so the event is late, never
+/// lost and never doubled.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PendingAudit {
+    /// Idempotency key the event is appended under.
+    pub key: String,
+    pub event_type: String,
+    pub payload: Value,
 }

@@ -32,7 +32,10 @@ impl Counter {
 
     /// Same fold under another reducer version (triggers a re-reduce).
     pub fn with_version(version: &str) -> Self {
-        Self { contract: Contract::new("counter", version, ["counter/incremented", "counter/reset"]) }
+        Self {
+            contract: Contract::for_events::<CounterEvent>("counter", version)
+                .expect("CounterEvent is an enum tagged by `type`"),
+        }
     }
 }
 
@@ -48,6 +51,10 @@ impl Processor for Counter {
 
     fn contract(&self) -> &Contract {
         &self.contract
+    }
+
+    fn initial_state(&self) -> CounterState {
+        CounterState::default()
     }
 
     fn reduce(&self, state: CounterState, event: &Envelope<CounterEvent>) -> CounterState {

@@ -28,7 +28,11 @@ pub struct Outbox {
 
 impl Outbox {
     pub fn new(sink: Arc<dyn EffectSink>) -> Self {
-        Self { contract: Contract::new("outbox", "1", ["outbox/message-queued"]), sink }
+        Self {
+            contract: Contract::for_events::<OutboxEvent>("outbox", "1")
+                .expect("OutboxEvent is an enum tagged by `type`"),
+            sink,
+        }
     }
 }
 
@@ -38,6 +42,10 @@ impl Processor for Outbox {
 
     fn contract(&self) -> &Contract {
         &self.contract
+    }
+
+    fn initial_state(&self) -> OutboxState {
+        OutboxState::default()
     }
 
     fn reduce(&self, state: OutboxState, _event: &Envelope<OutboxEvent>) -> OutboxState {

@@ -29,7 +29,11 @@ pub struct Reconciler {
 
 impl Reconciler {
     pub fn new(sink: Arc<dyn EffectSink>) -> Self {
-        Self { contract: Contract::new("reconciler", "1", ["scale/set"]), sink }
+        Self {
+            contract: Contract::for_events::<ScaleEvent>("reconciler", "1")
+                .expect("ScaleEvent is an enum tagged by `type`"),
+            sink,
+        }
     }
 }
 
@@ -39,6 +43,10 @@ impl Processor for Reconciler {
 
     fn contract(&self) -> &Contract {
         &self.contract
+    }
+
+    fn initial_state(&self) -> ScaleState {
+        ScaleState::default()
     }
 
     fn reduce(&self, _state: ScaleState, event: &Envelope<ScaleEvent>) -> ScaleState {

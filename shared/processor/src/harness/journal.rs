@@ -19,11 +19,16 @@ struct JournalState {
     by_key: HashMap<String, u64>,
     stride: u64,
     failing_reads: u32,
+    failing_appends: u32,
     reads: u64,
 }
 
 /// A JSON stream in memory. Positions advance by a fixed stride (1 by
 /// default) to show that positions need not be dense.
+///
+/// One value is the backing storage: every `Arc` clone is another instance
+/// over it, and the lock makes the incarnation check, the key lookup and the
+/// write of an append one atomic step.
 #[derive(Debug)]
 pub struct MemoryJournal {
     state: Mutex<JournalState>,
@@ -42,6 +47,7 @@ impl MemoryJournal {
                 by_key: HashMap::new(),
                 stride: stride.max(1),
                 failing_reads: 0,
+                failing_appends: 0,
                 reads: 0,
             }),
         }
@@ -91,9 +97,20 @@ impl MemoryJournal {
             .collect()
     }
 
+    /// The current incarnation.
+    pub fn current_incarnation(&self) -> StreamIncarnation {
+        lock(&self.state).incarnation.clone()
+    }
+
     /// The next `n` reads fail.
     pub fn fail_next_reads(&self, n: u32) {
         lock(&self.state).failing_reads = n;
+    }
+
+    /// The next `n` keyed appends (the runner's and the recovery
+    /// adapter's) fail, writing nothing.
+    pub fn fail_next_appends(&self, n: u32) {
+        lock(&self.state).failing_appends = n;
     }
 
     pub fn reads(&self) -> u64 {
@@ -109,25 +126,49 @@ impl MemoryJournal {
     }
 }
 
+fn check_incarnation(state: &JournalState, bound: &StreamIncarnation) -> Result<(), JournalError> {
+    if state.incarnation == *bound {
+        Ok(())
+    } else {
+        Err(JournalError::IncarnationChanged { expected: bound.clone(), current: Some(state.incarnation.clone()) })
+    }
+}
+
 #[async_trait]
 impl Journal for MemoryJournal {
     async fn incarnation(&self) -> Result<StreamIncarnation, JournalError> {
         Ok(lock(&self.state).incarnation.clone())
     }
 
-    async fn read_after(&self, after: u64, limit: usize) -> Result<Vec<JournalEntry>, JournalError> {
+    async fn read_after(
+        &self,
+        incarnation: &StreamIncarnation,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<JournalEntry>, JournalError> {
         let mut s = lock(&self.state);
         s.reads += 1;
         if s.failing_reads > 0 {
             s.failing_reads -= 1;
-            return Err(JournalError("injected read failure".into()));
+            return Err(JournalError::Unavailable("injected read failure".into()));
         }
+        check_incarnation(&s, incarnation)?;
         let start = s.entries.partition_point(|e| e.position <= after);
         Ok(s.entries[start..].iter().take(limit).cloned().collect())
     }
 
-    async fn append(&self, data: Bytes, idempotency_key: &str) -> Result<AppendOutcome, JournalError> {
+    async fn append(
+        &self,
+        incarnation: &StreamIncarnation,
+        data: Bytes,
+        idempotency_key: &str,
+    ) -> Result<AppendOutcome, JournalError> {
         let mut s = lock(&self.state);
+        if s.failing_appends > 0 {
+            s.failing_appends -= 1;
+            return Err(JournalError::Unavailable("injected append failure".into()));
+        }
+        check_incarnation(&s, incarnation)?;
         if let Some(&position) = s.by_key.get(idempotency_key) {
             return Ok(AppendOutcome { position, deduplicated: true });
         }

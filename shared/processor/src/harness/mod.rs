@@ -6,6 +6,7 @@
 
 mod clock;
 mod crash;
+mod factory;
 mod journal;
 mod progress;
 mod recovery;
@@ -15,6 +16,7 @@ mod world;
 
 pub use clock::ManualClock;
 pub use crash::{freeze, run_until_crash, Boundary, CrashSwitch};
+pub use factory::MemoryAdapterFactory;
 pub use journal::MemoryJournal;
 pub use progress::MemoryProgressStore;
 pub use recovery::MemoryRecovery;

@@ -1,5 +1,6 @@
 //! In-memory progress store applying the shared fence rules.
 
+use std::collections::HashMap;
 use std::sync::Mutex;
 
 use async_trait::async_trait;
@@ -7,20 +8,25 @@ use async_trait::async_trait;
 use super::crash::{freeze, Boundary, CrashSwitch};
 use super::timeline::{Mark, Timeline};
 use crate::fence::{check_fence, Fence, FenceRejection};
+use crate::incarnation::StreamIncarnation;
 use crate::ports::{ProgressError, ProgressStore};
 use crate::progress::StoredProgress;
 use crate::sync_util::lock;
 
 #[derive(Debug, Default)]
 struct StoreState {
-    record: Option<StoredProgress>,
+    /// One record per stream incarnation.
+    records: HashMap<StreamIncarnation, StoredProgress>,
+    last_committed: Option<StreamIncarnation>,
     history: Vec<StoredProgress>,
     rejections: Vec<FenceRejection>,
     failing_commits: u32,
 }
 
-/// One (stream, processor) record, with the full history of landed commits
-/// for invariant checks.
+/// The records of one (stream, processor), one per stream incarnation, with
+/// the full history of landed commits for invariant checks. Every `Arc`
+/// clone is another instance over the same storage; the lock makes the fence
+/// check and the write one atomic step.
 #[derive(Debug, Default)]
 pub struct MemoryProgressStore {
     state: Mutex<StoreState>,
@@ -33,8 +39,16 @@ impl MemoryProgressStore {
         Self { state: Mutex::new(StoreState::default()), crash, timeline }
     }
 
+    /// The record of the incarnation that committed last (the live one in
+    /// every test that does not race a dead incarnation).
     pub fn record(&self) -> Option<StoredProgress> {
-        lock(&self.state).record.clone()
+        let s = lock(&self.state);
+        s.last_committed.as_ref().and_then(|i| s.records.get(i)).cloned()
+    }
+
+    /// The record of `incarnation`.
+    pub fn record_of(&self, incarnation: &StreamIncarnation) -> Option<StoredProgress> {
+        lock(&self.state).records.get(incarnation).cloned()
     }
 
     /// Every record that landed, oldest first.
@@ -54,8 +68,8 @@ impl MemoryProgressStore {
 
 #[async_trait]
 impl ProgressStore for MemoryProgressStore {
-    async fn read(&self) -> Result<Option<StoredProgress>, ProgressError> {
-        Ok(self.record())
+    async fn read(&self, incarnation: &StreamIncarnation) -> Result<Option<StoredProgress>, ProgressError> {
+        Ok(self.record_of(incarnation))
     }
 
     async fn commit(&self, record: &StoredProgress, fence: &Fence) -> Result<(), ProgressError> {
@@ -72,11 +86,13 @@ impl ProgressStore for MemoryProgressStore {
                 s.failing_commits -= 1;
                 return Err(ProgressError::Unavailable("injected commit failure".into()));
             }
-            if let Err(rejection) = check_fence(s.record.as_ref(), record, fence) {
+            let stored = s.records.get(&fence.stream_incarnation);
+            if let Err(rejection) = check_fence(stored, record, fence) {
                 s.rejections.push(rejection.clone());
                 return Err(rejection.into());
             }
-            s.record = Some(record.clone());
+            s.records.insert(fence.stream_incarnation.clone(), record.clone());
+            s.last_committed = Some(fence.stream_incarnation.clone());
             s.history.push(record.clone());
             self.timeline.push(Mark::Committed {
                 acknowledged_through: record.progress.acknowledged_through(),

@@ -9,6 +9,7 @@ use async_trait::async_trait;
 use super::crash::{freeze, Boundary, CrashSwitch};
 use super::journal::MemoryJournal;
 use crate::core_events::append_revival;
+use crate::incarnation::StreamIncarnation;
 use crate::ports::{Alarm, AppendOutcome, Recovery, RecoveryError};
 use crate::sync_util::lock;
 
@@ -21,6 +22,10 @@ struct RecoveryState {
     failing_arms: u32,
 }
 
+/// One-shot revival alarms of one stream, at most one per processor slug,
+/// and the handler that appends their revival events. Every `Arc` clone is
+/// another instance over the same alarms; tokens come from one counter, so
+/// they are unique across instances.
 #[derive(Debug)]
 pub struct MemoryRecovery {
     journal: Arc<MemoryJournal>,
@@ -50,17 +55,20 @@ impl MemoryRecovery {
         lock(&self.state).failing_arms = n;
     }
 
-    /// Fires every alarm due at `now_ms` (they are one-shot: removed), and
-    /// handles each. Returns the appends.
+    /// Plays the scheduler: removes and returns the alarms due at `now_ms`
+    /// (they are one-shot), without handling them.
+    pub fn take_due(&self, now_ms: u64) -> Vec<Alarm> {
+        let mut s = lock(&self.state);
+        let slugs: Vec<String> =
+            s.armed.iter().filter(|(_, a)| a.at_ms <= now_ms).map(|(slug, _)| slug.clone()).collect();
+        slugs.iter().filter_map(|slug| s.armed.remove(slug)).collect()
+    }
+
+    /// Fires every alarm due at `now_ms` and handles each. Returns the
+    /// appends.
     pub async fn fire_due(&self, now_ms: u64) -> Result<Vec<AppendOutcome>, RecoveryError> {
-        let due: Vec<Alarm> = {
-            let mut s = lock(&self.state);
-            let slugs: Vec<String> =
-                s.armed.iter().filter(|(_, a)| a.at_ms <= now_ms).map(|(slug, _)| slug.clone()).collect();
-            slugs.iter().filter_map(|slug| s.armed.remove(slug)).collect()
-        };
         let mut outcomes = Vec::new();
-        for alarm in &due {
+        for alarm in &self.take_due(now_ms) {
             outcomes.push(self.handle_alarm(alarm).await?);
         }
         Ok(outcomes)
@@ -69,19 +77,20 @@ impl MemoryRecovery {
 
 #[async_trait]
 impl Recovery for MemoryRecovery {
-    async fn arm(&self, slug: &str, at_ms: u64) -> Result<(), RecoveryError> {
+    async fn arm(&self, slug: &str, incarnation: &StreamIncarnation, at_ms: u64) -> Result<(), RecoveryError> {
         if self.crash.hit(Boundary::ArmAlarm) {
             return freeze().await;
         }
         let mut s = lock(&self.state);
         if s.failing_arms > 0 {
             s.failing_arms -= 1;
-            return Err(RecoveryError("injected arm failure".into()));
+            return Err(RecoveryError::Unavailable("injected arm failure".into()));
         }
         s.next_token += 1;
         let token = format!("{slug}#{}", s.next_token);
         s.arms += 1;
-        s.armed.insert(slug.to_owned(), Alarm { slug: slug.to_owned(), token, at_ms });
+        let alarm = Alarm { slug: slug.to_owned(), incarnation: incarnation.clone(), token, at_ms };
+        s.armed.insert(slug.to_owned(), alarm);
         Ok(())
     }
 
@@ -93,6 +102,6 @@ impl Recovery for MemoryRecovery {
     }
 
     async fn handle_alarm(&self, alarm: &Alarm) -> Result<AppendOutcome, RecoveryError> {
-        append_revival(self.journal.as_ref(), alarm).await.map_err(|e| RecoveryError(e.to_string()))
+        Ok(append_revival(self.journal.as_ref(), alarm).await?)
     }
 }

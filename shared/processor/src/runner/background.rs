@@ -5,6 +5,11 @@
 //! that work succeeded. If work failed, or the process died, the alarm stays
 //! armed and its revival event gives the processor a caught-up turn to
 //! re-derive what is owed from state.
+//!
+//! The same alarm covers blocking work a drain left unfinished (an event
+//! interrupted mid-barrier, or observed and never reached): once a drain
+//! armed it for that, nothing here disarms it, because only a later runner
+//! finishing that work makes it unnecessary.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -13,6 +18,7 @@ use tokio::task::AbortHandle;
 use tracing::Instrument;
 
 use crate::effects::EffectFuture;
+use crate::incarnation::StreamIncarnation;
 use crate::ports::{Clock, Recovery, RecoveryError};
 use crate::sync_util::lock;
 
@@ -20,10 +26,13 @@ use crate::sync_util::lock;
 struct Owed {
     pending: usize,
     failed: bool,
+    /// A drain left blocking work unfinished and armed the alarm for it.
+    unfinished: bool,
 }
 
 pub(crate) struct BackgroundWork {
     slug: String,
+    incarnation: StreamIncarnation,
     recovery: Option<Arc<dyn Recovery>>,
     clock: Arc<dyn Clock>,
     revival_delay_ms: u64,
@@ -37,12 +46,14 @@ pub(crate) struct BackgroundWork {
 impl BackgroundWork {
     pub(crate) fn new(
         slug: String,
+        incarnation: StreamIncarnation,
         recovery: Option<Arc<dyn Recovery>>,
         clock: Arc<dyn Clock>,
         revival_delay_ms: u64,
     ) -> Self {
         Self {
             slug,
+            incarnation,
             recovery,
             clock,
             revival_delay_ms,
@@ -60,7 +71,7 @@ impl BackgroundWork {
             match &self.recovery {
                 Some(recovery) => {
                     let at = self.clock.now_ms().saturating_add(self.revival_delay_ms);
-                    recovery.arm(&self.slug, at).await?;
+                    recovery.arm(&self.slug, &self.incarnation, at).await?;
                 }
                 None => tracing::warn!(
                     slug = %self.slug,
@@ -100,7 +111,7 @@ impl BackgroundWork {
         if owed.pending > 0 {
             return;
         }
-        if !owed.failed {
+        if !owed.failed && !owed.unfinished {
             if let Some(recovery) = &self.recovery {
                 if let Err(error) = recovery.disarm(&self.slug).await {
                     // Harmless: a stray revival only costs one caught-up turn.
@@ -110,6 +121,22 @@ impl BackgroundWork {
         }
         // From here the armed alarm (if any) owns the failure.
         owed.failed = false;
+    }
+
+    pub(crate) fn has_recovery(&self) -> bool {
+        self.recovery.is_some()
+    }
+
+    /// A drain stops with blocking work unfinished: (re-)arms the alarm at
+    /// `at_ms` and keeps background work from disarming it later. Without a
+    /// recovery adapter there is nothing to arm (see [`Self::has_recovery`]).
+    pub(crate) async fn hold_for_unfinished(&self, at_ms: u64) -> Result<(), RecoveryError> {
+        let mut owed = self.owed.lock().await;
+        owed.unfinished = true;
+        match &self.recovery {
+            Some(recovery) => recovery.arm(&self.slug, &self.incarnation, at_ms).await,
+            None => Ok(()),
+        }
     }
 
     pub(crate) fn pending(&self) -> usize {

@@ -21,15 +21,15 @@ impl<P: Processor> Inner<P> {
         }
     }
 
-    /// Writes `w` (ack = completed, fold at reduced) under the working
-    /// expectation or an explicit one. Only a landed commit moves the durable
+    /// Writes `w` (ack = completed, fold at reduced) under the monotonic
+    /// rules or an explicit expectation. Only a landed commit moves the durable
     /// ack and the published snapshot; a fenced one schedules a reload.
     pub(crate) async fn commit(&self, w: &mut Working<P::State>, expect: Option<Expectation>) -> Result<(), Halt> {
         let record = w.to_record()?;
         let fence = Fence {
             stream_incarnation: w.incarnation.clone(),
             cursor_revision: w.revision,
-            expect: expect.unwrap_or_else(|| w.expect.clone()),
+            expect: expect.unwrap_or(Expectation::Monotonic),
         };
         let span = tracing::debug_span!(
             "progress_commit",
@@ -41,7 +41,6 @@ impl<P: Processor> Inner<P> {
         match self.store.commit(&record, &fence).instrument(span).await {
             Ok(()) => {
                 w.acknowledged = w.completed;
-                w.expect = Expectation::Monotonic;
                 w.retry_commit = false;
                 w.cadence.committed(self.clock.now_ms());
                 self.view.publish_durable(w);

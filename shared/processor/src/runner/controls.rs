@@ -1,31 +1,63 @@
 //! Operator controls. Each preempts the driver, takes the work lock, and
-//! appends exactly one audit event (deterministically keyed, appended before
-//! the change so a crash in between is repaired by retrying the control).
+//! leaves exactly one audit event (deterministically keyed) for a change
+//! that landed, and none for one that did not: the event rides inside the
+//! commit that makes the change ([`crate::PendingAudit`]) and reaches the
+//! journal only after that commit landed.
 
 use tokio::sync::MutexGuard;
 
 use super::gate::ControlTicket;
 use super::working::Working;
 use super::{Halt, Inner};
-use crate::core_events::{self, KeyedEvent};
+use crate::core_events;
 use crate::error::RunnerError;
 use crate::event::{decode, Decoded, JournalEntry};
 use crate::fence::Expectation;
+use crate::ports::JournalError;
 use crate::processor::Processor;
 
 type Locked<'a, S> = (ControlTicket<'a>, MutexGuard<'a, Working<S>>);
 
 impl<P: Processor> Inner<P> {
-    pub(crate) async fn append_audit(&self, keyed: KeyedEvent) -> Result<(), Halt> {
-        let outcome = self.journal.append(keyed.event.encode(), &keyed.key).await?;
-        tracing::info!(
-            slug = %self.contract.slug,
-            event_type = %keyed.event.event_type,
-            position = outcome.position,
-            deduplicated = outcome.deduplicated,
-            "audit event appended"
-        );
-        Ok(())
+    /// Appends the audit event a landed commit carries. One attempt: on
+    /// failure the event stays pending and rides every later commit, and the
+    /// next drive, control or open appends it before doing anything else
+    /// (see `ensure_reduction_current`). With `clear_now` a commit right
+    /// after the append drops it from the record at once; otherwise the next
+    /// checkpoint does.
+    pub(crate) async fn publish_audit(&self, w: &mut Working<P::State>, clear_now: bool) -> Result<(), JournalError> {
+        let Some(audit) = w.pending_audit.clone() else { return Ok(()) };
+        match self.journal.append(&self.incarnation, audit.encode(), &audit.key).await {
+            Ok(outcome) => {
+                tracing::info!(
+                    slug = %self.contract.slug,
+                    event_type = %audit.event_type,
+                    position = outcome.position,
+                    deduplicated = outcome.deduplicated,
+                    "audit event appended"
+                );
+                w.pending_audit = None;
+                if clear_now {
+                    if let Err(halt) = self.commit(w, None).await {
+                        // Harmless: the next checkpoint drops it, and a
+                        // repeated append dedupes by key.
+                        tracing::warn!(slug = %self.contract.slug, ?halt, "could not drop the appended audit event from the record");
+                    }
+                }
+                Ok(())
+            }
+            Err(error) => {
+                tracing::warn!(slug = %self.contract.slug, %error, "audit event append failed; it stays pending in the record");
+                self.view.note_error(format!("audit event append: {error}"));
+                Err(error)
+            }
+        }
+    }
+
+    /// After a landed change: the change stands even if its audit event
+    /// cannot be appended yet (it stays pending, see `publish_audit`).
+    async fn publish_audit_after_change(&self, w: &mut Working<P::State>) {
+        let _ = self.publish_audit(w, true).await;
     }
 
     async fn lock_for_control(&self) -> Result<Locked<'_, P::State>, RunnerError> {
@@ -34,11 +66,25 @@ impl<P: Processor> Inner<P> {
         if self.shutdown.is_cancelled() {
             return Err(RunnerError::Drained);
         }
+        self.check_incarnation().await?;
         if w.needs_resync {
             self.resync(&mut w).await.map_err(Halt::into_error)?;
         }
         self.ensure_reduction_current(&mut w).await.map_err(Halt::into_error)?;
         Ok((ticket, w))
+    }
+
+    /// A control on a runner whose stream was re-created would only rewrite
+    /// the dead incarnation's record: refuse it clearly instead. (Should the
+    /// stream be re-created right after this check, the control's commit
+    /// still lands only in that dead record.)
+    async fn check_incarnation(&self) -> Result<(), RunnerError> {
+        let current = self.journal.incarnation().await?;
+        if current == self.incarnation {
+            Ok(())
+        } else {
+            Err(JournalError::IncarnationChanged { expected: self.incarnation.clone(), current: Some(current) }.into())
+        }
     }
 
     pub(crate) async fn re_reduce(&self, reason: &str) -> Result<(), RunnerError> {
@@ -48,18 +94,7 @@ impl<P: Processor> Inner<P> {
         if w.completed > w.acknowledged {
             self.commit(w, None).await.map_err(Halt::into_error)?;
         }
-        self.append_audit(core_events::re_reduced(
-            &self.contract.slug,
-            &w.incarnation,
-            w.revision,
-            w.completed,
-            &self.contract.reducer_version,
-            reason,
-        ))
-        .await
-        .map_err(Halt::into_error)?;
-        w.reset_reduction(self.processor.initial_state(), &self.contract.reducer_version);
-        self.refold(w, true).await.map_err(Halt::into_error)
+        self.rebuild_reduction(w, reason).await.map_err(Halt::into_error)
     }
 
     pub(crate) async fn reprocess_from(&self, position: u64, expected: u64, reason: &str) -> Result<(), RunnerError> {
@@ -72,20 +107,21 @@ impl<P: Processor> Inner<P> {
                 why: format!("reprocessing must start in 1..={}", w.completed + 1),
             });
         }
-        self.append_audit(core_events::reprocessed(&self.contract.slug, &w.incarnation, expected, position, reason))
-            .await
-            .map_err(Halt::into_error)?;
-        // Work on a copy: a lost compare-and-swap leaves everything as it was.
+        // Work on a copy: a lost compare-and-swap leaves everything as it was,
+        // the audit event included (it only exists inside the commit).
         let mut next = w.clone();
         next.revision = expected + 1;
         next.completed = position - 1;
         next.live = false;
         next.reset_reduction(self.processor.initial_state(), &self.contract.reducer_version);
-        self.commit(&mut next, Some(cas(w, expected))).await.map_err(|halt| {
+        next.pending_audit =
+            Some(core_events::reprocessed(&self.contract.slug, &w.incarnation, expected, position, reason).into());
+        self.commit(&mut next, Some(Expectation::StoredRevision(expected))).await.map_err(|halt| {
             w.needs_resync = true;
             halt.into_error()
         })?;
         *w = next;
+        self.publish_audit_after_change(w).await;
         self.refold(w, false).await.map_err(Halt::into_error)
     }
 
@@ -103,16 +139,6 @@ impl<P: Processor> Inner<P> {
         if skipped.last().map(|e| e.position) != Some(position) {
             return Err(RunnerError::InvalidPosition { position, why: "no journal entry at this position".into() });
         }
-        self.append_audit(core_events::skipped(
-            &self.contract.slug,
-            &w.incarnation,
-            w.revision,
-            w.completed + 1,
-            position,
-            reason,
-        ))
-        .await
-        .map_err(Halt::into_error)?;
         let mut next = w.clone();
         for entry in &skipped {
             if let Decoded::Deliverable(envelope) = decode::<P::Event>(&self.contract, entry) {
@@ -121,12 +147,17 @@ impl<P: Processor> Inner<P> {
         }
         next.reduced = position;
         next.completed = position;
-        self.commit(&mut next, Some(cas(w, expected))).await.map_err(|halt| {
+        next.pending_audit = Some(
+            core_events::skipped(&self.contract.slug, &w.incarnation, w.revision, w.completed + 1, position, reason)
+                .into(),
+        );
+        self.commit(&mut next, Some(Expectation::StoredRevision(expected))).await.map_err(|halt| {
             w.needs_resync = true;
             halt.into_error()
         })?;
         *w = next;
         self.view.note_progress(w);
+        self.publish_audit_after_change(w).await;
         Ok(())
     }
 
@@ -137,7 +168,7 @@ impl<P: Processor> Inner<P> {
         loop {
             let page = self
                 .journal
-                .read_after(cursor, self.config.page_size)
+                .read_after(&self.incarnation, cursor, self.config.page_size)
                 .await
                 .inspect_err(|e| self.view.note_journal_failure(e.to_string()))?;
             let Some(last) = page.last().map(|e| e.position) else {
@@ -149,16 +180,6 @@ impl<P: Processor> Inner<P> {
             }
             cursor = last;
         }
-    }
-}
-
-/// The compare-and-swap precondition of a control. A runner that never
-/// committed (nothing stored for this incarnation) is at revision 0 by
-/// definition; its takeover precondition already guards the record.
-fn cas<S>(w: &Working<S>, expected: u64) -> Expectation {
-    match &w.expect {
-        Expectation::Takeover { .. } => w.expect.clone(),
-        _ => Expectation::StoredRevision(expected),
     }
 }
 

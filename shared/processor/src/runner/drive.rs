@@ -121,7 +121,7 @@ impl<P: Processor> Inner<P> {
     }
 
     pub(crate) async fn fill(&self, buffer: &mut ScanBuffer<P::Event>) -> Result<usize, Halt> {
-        match buffer.fill(self.journal.as_ref(), &self.contract).await {
+        match buffer.fill(self.journal.as_ref(), &self.incarnation, &self.contract).await {
             Ok(added) => {
                 self.view.observe(buffer.read_through());
                 Ok(added)

@@ -6,7 +6,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::background::BackgroundWork;
 use super::gate::PreemptGate;
-use super::view::{DrainReport, View};
+use super::view::{DrainReport, Revival, View};
 use super::working::load;
 use super::{Adapters, Halt, Inner, RunnerConfig};
 use crate::cadence::Moment;
@@ -19,11 +19,13 @@ pub(super) async fn open<P: Processor>(
     config: RunnerConfig,
 ) -> Result<Arc<Inner<P>>, RunnerError> {
     let contract = processor.contract().clone();
+    contract.check_events::<P::Event>()?;
     tracing::info!(slug = %contract.slug, "opening processor runner");
-    let w = load(&processor, &contract, adapters.journal.as_ref(), adapters.progress.as_ref(), adapters.clock.now_ms())
-        .await?;
+    let incarnation = adapters.journal.incarnation().await?;
+    let w = load(&processor, &contract, adapters.progress.as_ref(), &incarnation, adapters.clock.now_ms()).await?;
     let background = Arc::new(BackgroundWork::new(
         contract.slug.clone(),
+        incarnation.clone(),
         adapters.recovery.clone(),
         Arc::clone(&adapters.clock),
         config.revival_delay_ms,
@@ -33,6 +35,7 @@ pub(super) async fn open<P: Processor>(
         work: tokio::sync::Mutex::new(w),
         processor,
         contract,
+        incarnation,
         config,
         journal: adapters.journal,
         store: adapters.progress,
@@ -85,7 +88,7 @@ impl<P: Processor> Inner<P> {
             w = self.work.lock() => Some(w),
             _ = self.clock.sleep_until(deadline_ms) => None,
         };
-        let report = match locked {
+        let (acknowledged_through, flushed, timed_out, unfinished) = match locked {
             Some(mut w) => {
                 let before = w.acknowledged;
                 // Settled work only: the cancelled event never completed, so
@@ -93,17 +96,45 @@ impl<P: Processor> Inner<P> {
                 let flushed = self.clock.now_ms() < deadline_ms
                     && self.checkpoint_if_due(&mut w, Moment::Drain).await.is_ok()
                     && w.acknowledged > before;
-                DrainReport { acknowledged_through: w.acknowledged, flushed, timed_out: false }
+                let unfinished = w.acknowledged < self.view.highest_observed().max(w.completed);
+                (w.acknowledged, flushed, false, unfinished)
             }
-            None => DrainReport {
-                acknowledged_through: self.view.runtime(0).acknowledged_through,
-                flushed: false,
-                timed_out: true,
-            },
+            None => {
+                let state = self.view.runtime(0);
+                (state.acknowledged_through, false, true, state.lag > 0 || state.in_flight.is_some())
+            }
         };
+        let revival = if unfinished { self.arm_revival(deadline_ms).await } else { Revival::NotNeeded };
+        let report = DrainReport { acknowledged_through, flushed, timed_out, revival };
         self.view.note_in_flight(None);
         self.view.mark_drained();
         tracing::info!(slug = %self.contract.slug, ?report, "drained");
         report
+    }
+
+    /// Arms the revival alarm for work a drain left unfinished, so the host
+    /// need not inspect the lag: the alarm's revival event wakes the
+    /// processor even if no one appends again.
+    async fn arm_revival(&self, deadline_ms: u64) -> Revival {
+        if !self.background.has_recovery() {
+            tracing::warn!(slug = %self.contract.slug, "drained with unfinished work and no recovery adapter");
+            return Revival::Uncovered { reason: "no recovery adapter to arm a revival alarm".into() };
+        }
+        let at_ms = self.clock.now_ms().saturating_add(self.config.revival_delay_ms);
+        // Biased towards the arm: a deadline already past still lets an
+        // immediately ready arm through, never a slow one.
+        tokio::select! {
+            biased;
+            armed = self.background.hold_for_unfinished(at_ms) => match armed {
+                Ok(()) => Revival::Armed { at_ms },
+                Err(error) => {
+                    tracing::warn!(slug = %self.contract.slug, %error, "could not arm the revival alarm at drain");
+                    Revival::Uncovered { reason: format!("arming the revival alarm failed: {error}") }
+                }
+            },
+            _ = self.clock.sleep_until(deadline_ms) => Revival::Uncovered {
+                reason: "the drain deadline passed before the revival alarm was armed".into(),
+            },
+        }
     }
 }

@@ -19,13 +19,15 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 pub use callback::{EventBatch, EventBatchCallback};
-pub use view::{DrainReport, DriveReport, RuntimeState, Snapshot};
+pub use view::{DrainReport, DriveReport, Revival, RuntimeState, Snapshot};
 
 use crate::backoff::Backoff;
 use crate::cadence::CheckpointCadence;
+use crate::clock::TokioClock;
 use crate::contract::Contract;
 use crate::error::{RunnerError, WaitError};
 use crate::fence::FenceRejection;
+use crate::incarnation::StreamIncarnation;
 use crate::ports::{Clock, Journal, JournalError, ProgressStore, Recovery};
 use crate::processor::Processor;
 
@@ -62,14 +64,39 @@ impl Default for RunnerConfig {
     }
 }
 
-/// The runner's view of the outside world.
+/// The runner's view of the outside world: any implementations of the port
+/// traits. Build with [`Adapters::new`] (the crate docs show a complete
+/// runner over hand-written adapters).
 #[derive(Clone)]
 pub struct Adapters {
     pub journal: Arc<dyn Journal>,
     pub progress: Arc<dyn ProgressStore>,
-    /// Needed when losing background work's outcome would matter.
+    /// Owns background work's outcome and revives work a drain left
+    /// unfinished. Without it, both wait for the next append.
     pub recovery: Option<Arc<dyn Recovery>>,
     pub clock: Arc<dyn Clock>,
+}
+
+impl Adapters {
+    /// Adapters over `journal`, `progress` and `recovery`, on the wall clock
+    /// ([`TokioClock`]).
+    pub fn new(journal: Arc<dyn Journal>, progress: Arc<dyn ProgressStore>, recovery: Arc<dyn Recovery>) -> Self {
+        Self { journal, progress, recovery: Some(recovery), clock: Arc::new(TokioClock::new()) }
+    }
+
+    /// Adapters without recovery, for a processor with no background work
+    /// whose host re-drives it itself: a crash then loses background work's
+    /// outcome, and a drain reports unfinished work as
+    /// [`Revival::Uncovered`].
+    pub fn without_recovery(journal: Arc<dyn Journal>, progress: Arc<dyn ProgressStore>) -> Self {
+        Self { journal, progress, recovery: None, clock: Arc::new(TokioClock::new()) }
+    }
+
+    /// Another clock (a manual one in tests).
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
 }
 
 /// Why a step stopped before completing its event.
@@ -109,6 +136,10 @@ impl Halt {
 pub(crate) struct Inner<P: Processor> {
     pub(crate) processor: P,
     pub(crate) contract: Contract,
+    /// The stream life this runner is bound to, read once at open. Every
+    /// journal read and append names it, so a re-created stream fails them
+    /// with `IncarnationChanged` instead of being read.
+    pub(crate) incarnation: StreamIncarnation,
     pub(crate) config: RunnerConfig,
     pub(crate) journal: Arc<dyn Journal>,
     pub(crate) store: Arc<dyn ProgressStore>,
@@ -175,8 +206,11 @@ impl<P: Processor> Runner<P> {
     }
 
     /// Stops cleanly before `deadline_ms`: cancels in-flight blocking work
-    /// (its event stays unacknowledged), checkpoints settled work, leaves the
-    /// revival alarm armed. Later drives return [`RunnerError::Drained`].
+    /// (its event stays unacknowledged), checkpoints settled work, and arms
+    /// the revival alarm if anything observed is still unacknowledged (an
+    /// armed alarm for background work stays armed). The report's
+    /// [`Revival`] says whether unfinished work has a way back; the host
+    /// need not inspect the lag. Later drives return [`RunnerError::Drained`].
     pub async fn drain(&self, deadline_ms: u64) -> DrainReport {
         self.inner.drain(deadline_ms).await
     }

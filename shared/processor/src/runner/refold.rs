@@ -14,28 +14,43 @@ use crate::event::{decode, Decoded};
 use crate::processor::Processor;
 
 impl<P: Processor> Inner<P> {
-    /// Re-reduces if the stored fold was unusable, and finishes any refold in
-    /// progress.
+    /// Appends an audit event a loaded record still owes, re-reduces if the
+    /// stored fold was unusable, and finishes any refold in progress.
     pub(crate) async fn ensure_reduction_current(&self, w: &mut Working<P::State>) -> Result<(), Halt> {
-        if let Some(reason) = w.pending_re_reduce.clone() {
-            // Audit first, under a deterministic key: a crash before the
-            // reset commit repeats the same append, which dedupes.
-            self.append_audit(core_events::re_reduced(
+        // A change landed but its audit event was not appended (the process
+        // died, or the append failed): append it before anything else, so a
+        // new change never overwrites it (its key dedupes a repeat). The next
+        // checkpoint drops it from the record.
+        self.publish_audit(w, false).await?;
+        if let Some(reason) = w.pending_re_reduce.take() {
+            return self.rebuild_reduction(w, &reason).await;
+        }
+        if w.reduced < w.completed {
+            return self.refold(w, false).await;
+        }
+        Ok(())
+    }
+
+    /// Resets the fold and rebuilds it through the ack, reduce only. The
+    /// audit event rides the first refold commit and is appended once the
+    /// rebuild landed, so a fenced rebuild leaves no audit event behind.
+    pub(crate) async fn rebuild_reduction(&self, w: &mut Working<P::State>, reason: &str) -> Result<(), Halt> {
+        w.pending_audit = Some(
+            core_events::re_reduced(
                 &self.contract.slug,
                 &w.incarnation,
                 w.revision,
                 w.completed,
                 &self.contract.reducer_version,
-                &reason,
-            ))
-            .await?;
-            w.reset_reduction(self.processor.initial_state(), &self.contract.reducer_version);
-            w.pending_re_reduce = None;
-            return self.refold(w, true).await;
-        }
-        if w.reduced < w.completed {
-            return self.refold(w, false).await;
-        }
+                reason,
+            )
+            .into(),
+        );
+        w.reset_reduction(self.processor.initial_state(), &self.contract.reducer_version);
+        self.refold(w, true).await?;
+        // The rebuild stands even if the append fails now; the event stays
+        // pending in the record.
+        let _ = self.publish_audit(w, true).await;
         Ok(())
     }
 
@@ -53,7 +68,7 @@ impl<P: Processor> Inner<P> {
             let target = w.completed;
             let mut committed = false;
             while w.reduced < target {
-                let page = match self.journal.read_after(w.reduced, self.config.page_size).await {
+                let page = match self.journal.read_after(&self.incarnation, w.reduced, self.config.page_size).await {
                     Ok(page) => page,
                     Err(e) => {
                         self.view.note_journal_failure(e.to_string());

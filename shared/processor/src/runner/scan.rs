@@ -13,6 +13,7 @@ use serde::de::DeserializeOwned;
 
 use crate::contract::Contract;
 use crate::event::{decode, Decoded};
+use crate::incarnation::StreamIncarnation;
 use crate::ports::{Journal, JournalError};
 
 #[derive(Debug)]
@@ -36,8 +37,13 @@ impl<E: DeserializeOwned> ScanBuffer<E> {
     }
 
     /// Reads the next page; returns how many entries it added.
-    pub(crate) async fn fill(&mut self, journal: &dyn Journal, contract: &Contract) -> Result<usize, JournalError> {
-        let page = journal.read_after(self.read_through, self.page_size).await?;
+    pub(crate) async fn fill(
+        &mut self,
+        journal: &dyn Journal,
+        incarnation: &StreamIncarnation,
+        contract: &Contract,
+    ) -> Result<usize, JournalError> {
+        let page = journal.read_after(incarnation, self.read_through, self.page_size).await?;
         let mut added = 0;
         for entry in page {
             // Defensive: a journal must page strictly after the cursor; an

@@ -118,7 +118,7 @@ impl<P: Processor> Inner<P> {
             || {
                 let data = data.clone();
                 let key = keyed.key.as_str();
-                async move { self.journal.append(data, key).await.map(|_| ()) }
+                async move { self.journal.append(&self.incarnation, data, key).await.map(|_| ()) }
             },
             preempt,
         )

@@ -53,13 +53,43 @@ pub struct DriveReport {
 }
 
 /// Outcome of [`crate::Runner::drain`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DrainReport {
     pub acknowledged_through: u64,
     /// Settled work past the ack was checkpointed.
     pub flushed: bool,
     /// The deadline passed before the in-flight step let go.
     pub timed_out: bool,
+    /// What brings back the work the drain left unfinished.
+    pub revival: Revival,
+}
+
+/// Whether work a drain left unfinished (an event whose blocking work was
+/// interrupted, events observed but never reached, settled work whose
+/// checkpoint failed) runs again without waiting for a new append.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Revival {
+    /// Everything observed was acknowledged; nothing to revive.
+    NotNeeded,
+    /// The revival alarm is armed for `at_ms`; when it fires, its revival
+    /// event wakes the processor, which resumes at its ack.
+    Armed { at_ms: u64 },
+    /// Work was left unfinished and no alarm covers it (no recovery adapter,
+    /// arming failed, or the deadline passed first). The host must make the
+    /// processor run again itself, e.g. by failing the invocation so its
+    /// event source redelivers.
+    Uncovered { reason: String },
+}
+
+impl Revival {
+    pub fn is_armed(&self) -> bool {
+        matches!(self, Self::Armed { .. })
+    }
+
+    /// Nothing unfinished is left without a way back.
+    pub fn covered(&self) -> bool {
+        !matches!(self, Self::Uncovered { .. })
+    }
 }
 
 /// Broadcast to `wait_until_event` callers.

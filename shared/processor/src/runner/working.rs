@@ -2,11 +2,10 @@
 
 use crate::cadence::CadenceTracker;
 use crate::contract::Contract;
-use crate::fence::Expectation;
 use crate::incarnation::StreamIncarnation;
-use crate::ports::{Journal, ProgressStore};
+use crate::ports::{ProgressError, ProgressStore};
 use crate::processor::Processor;
-use crate::progress::{Processing, Progress, Reduction, StoredProgress};
+use crate::progress::{PendingAudit, Processing, Progress, Reduction, StoredProgress};
 use crate::RunnerError;
 
 use super::Inner;
@@ -27,13 +26,14 @@ pub(crate) struct Working<S> {
     pub reduced: u64,
     pub state: S,
     pub reducer_version: String,
-    /// Precondition of the next checkpoint.
-    pub expect: Expectation,
     /// A commit was fenced: reload before doing anything else.
     pub needs_resync: bool,
     /// The stored fold is unusable (version changed, state undecodable):
     /// re-reduce with this reason before processing.
     pub pending_re_reduce: Option<String>,
+    /// Audit event of a landed change not yet appended; every commit carries
+    /// it until it is.
+    pub pending_audit: Option<PendingAudit>,
     /// Reached the head at least once since load or rewind.
     pub live: bool,
     /// The last checkpoint failed: retry at the next moment whatever the
@@ -59,6 +59,7 @@ impl<S: Clone> Working<S> {
                 },
                 processing: Some(Processing { acknowledged_through: self.completed, cursor_revision: self.revision }),
             },
+            pending_audit: self.pending_audit.clone(),
         })
     }
 
@@ -71,54 +72,53 @@ impl<S: Clone> Working<S> {
 }
 
 impl<P: Processor> Inner<P> {
-    /// Reads the durable record and the stream incarnation into a working
+    /// Reads the durable record of the runner's incarnation into a working
     /// state. Does not refold; see `ensure_reduction_current`.
     pub(crate) async fn load(&self) -> Result<Working<P::State>, RunnerError> {
-        load(&self.processor, &self.contract, self.journal.as_ref(), self.store.as_ref(), self.clock.now_ms()).await
+        load(&self.processor, &self.contract, self.store.as_ref(), &self.incarnation, self.clock.now_ms()).await
     }
 }
 
+/// The working state of `incarnation` from its stored record; a fresh one
+/// (everything at 0, revision 0) if there is none yet.
 pub(crate) async fn load<P: Processor>(
     processor: &P,
     contract: &Contract,
-    journal: &dyn Journal,
     store: &dyn ProgressStore,
+    incarnation: &StreamIncarnation,
     now: u64,
 ) -> Result<Working<P::State>, RunnerError> {
-    let incarnation = journal.incarnation().await?;
-    let stored = store.read().await?;
-    let fresh = |incarnation: StreamIncarnation, expect| Working {
-        incarnation,
+    let stored = store.read(incarnation).await?;
+    let mut w = Working {
+        incarnation: incarnation.clone(),
         revision: 0,
         acknowledged: 0,
         completed: 0,
         reduced: 0,
         state: processor.initial_state(),
         reducer_version: contract.reducer_version.clone(),
-        expect,
         needs_resync: false,
         pending_re_reduce: None,
+        pending_audit: None,
         live: false,
         retry_commit: false,
         cadence: CadenceTracker::new(now),
     };
     let Some(record) = stored else {
-        return Ok(fresh(incarnation, Expectation::Takeover { previous: None }));
+        return Ok(w);
     };
-    if record.stream_incarnation != incarnation {
-        // The stream was re-created: its old progress means nothing here.
-        tracing::info!(
-            slug = %contract.slug,
-            old = %record.stream_incarnation,
-            new = %incarnation,
-            "stream re-created; starting from the beginning"
-        );
-        return Ok(fresh(incarnation, Expectation::Takeover { previous: Some(record.stream_incarnation) }));
+    if record.stream_incarnation != *incarnation {
+        // A store must only hand out the record of the incarnation asked for.
+        return Err(ProgressError::Unavailable(format!(
+            "the progress store returned a record of incarnation {} when asked for {incarnation}",
+            record.stream_incarnation
+        ))
+        .into());
     }
     let acknowledged = record.progress.acknowledged_through();
     let revision = record.progress.cursor_revision();
     let reduction = record.progress.reduction;
-    let mut w = fresh(incarnation, Expectation::Monotonic);
+    w.pending_audit = record.pending_audit;
     w.revision = revision;
     w.acknowledged = acknowledged;
     w.completed = acknowledged;

@@ -2,8 +2,8 @@
 
 use ds_processor::harness::World;
 use ds_processor::{
-    check_fence, CheckpointCadence, Expectation, Fence, FenceRejection, Processing, Progress, ProgressError,
-    ProgressStore, Reduction, StoredProgress, StreamIncarnation,
+    check_fence, CheckpointCadence, Expectation, Fence, FenceRejection, JournalError, Processing, Progress,
+    ProgressError, ProgressStore, Reduction, RunnerError, StoredProgress, StreamIncarnation,
 };
 use serde_json::json;
 
@@ -16,6 +16,7 @@ fn record(incarnation: &str, revision: u64, ack: u64, reduced: u64) -> StoredPro
             reduction: Reduction { reducer_version: "1".into(), reduced_through: reduced, state: json!({}) },
             processing: Some(Processing { acknowledged_through: ack, cursor_revision: revision }),
         },
+        pending_audit: None,
     }
 }
 
@@ -37,18 +38,25 @@ fn stale_revision_is_rejected() {
 }
 
 #[test]
-fn stale_incarnation_is_rejected() {
+fn a_stored_record_of_another_incarnation_is_rejected() {
+    // A store keeps records per incarnation and never hands check_fence a
+    // foreign one; the check still refuses it.
     let stored = record("b", 0, 10, 10);
     assert!(matches!(
         check_fence(Some(&stored), &record("a", 5, 20, 20), &monotonic("a", 5)),
         Err(FenceRejection::StaleIncarnation { .. })
     ));
-    // A takeover expecting another predecessor is refused too.
-    let takeover = fence("a", 0, Expectation::Takeover { previous: Some(StreamIncarnation::new("z")) });
-    assert!(matches!(
-        check_fence(Some(&stored), &record("a", 0, 1, 1), &takeover),
-        Err(FenceRejection::TakeoverConflict { .. })
-    ));
+}
+
+#[test]
+fn an_absent_record_is_at_revision_zero() {
+    let first = record("a", 1, 3, 3);
+    assert_eq!(check_fence(None, &first, &fence("a", 1, Expectation::StoredRevision(0))), Ok(()));
+    assert_eq!(
+        check_fence(None, &first, &fence("a", 1, Expectation::StoredRevision(2))),
+        Err(FenceRejection::RevisionMismatch { expected: 2, stored: None })
+    );
+    assert_eq!(check_fence(None, &record("a", 0, 3, 3), &monotonic("a", 0)), Ok(()));
 }
 
 #[test]
@@ -92,7 +100,7 @@ async fn memory_store_refuses_rejected_commits_without_storing() {
     store.commit(&record("a", 1, 10, 10), &monotonic("a", 1)).await.unwrap();
     let refused = store.commit(&record("a", 1, 4, 4), &monotonic("a", 1)).await;
     assert!(matches!(refused, Err(ProgressError::Rejected(FenceRejection::BackwardAck { .. }))));
-    assert_eq!(store.read().await.unwrap(), Some(record("a", 1, 10, 10)));
+    assert_eq!(store.read(&StreamIncarnation::new("a")).await.unwrap(), Some(record("a", 1, 10, 10)));
     assert_eq!(store.history().len(), 1);
     assert_eq!(store.rejections().len(), 1);
 }
@@ -125,24 +133,41 @@ async fn in_flight_commits_of_the_old_revision_are_fenced_after_reprocess_from()
 }
 
 #[tokio::test(start_paused = true)]
-async fn stream_recreation_starts_over_and_fences_the_old_incarnation() {
+async fn stream_recreation_starts_over_and_the_old_incarnations_runner_never_reads_the_new_one() {
     let world = World::new();
     write(&world.journal, &[tick(1, 1), tick(2, 1)]);
-    let (old, _) = open(&world, ProbeOptions::default(), CheckpointCadence::EveryEvent).await;
+    let (old, old_log) = open(&world, ProbeOptions::default(), CheckpointCadence::EveryEvent).await;
     old.catch_up().await.unwrap();
     let old_keys = world.sink.applied_keys();
+    let old_record = world.progress.record().unwrap();
 
     world.journal.recreate("incarnation-2");
-    write(&world.journal, &[tick(1, 1), tick(2, 1)]);
+    write(&world.journal, &[tick(1, 1), tick(2, 1), tick(3, 1)]);
+
+    // The runner bound to the old incarnation gets a clear error and
+    // processes nothing of the new one.
+    let error = old.catch_up().await.unwrap_err();
+    assert_eq!(
+        error,
+        RunnerError::Journal(JournalError::IncarnationChanged {
+            expected: StreamIncarnation::new("incarnation-1"),
+            current: Some(StreamIncarnation::new("incarnation-2")),
+        })
+    );
+    assert_eq!(calls(&old_log).len(), 2, "no call for the new incarnation's events");
+    assert_eq!(world.sink.applied_keys(), old_keys);
+    assert_eq!(world.progress.record_of(&StreamIncarnation::new("incarnation-2")), None);
+    assert!(matches!(old.reprocess_from(1, 0, "late operator").await, Err(RunnerError::Journal(_))));
+    assert_eq!(world.progress.record_of(&StreamIncarnation::new("incarnation-2")), None);
+
+    // A runner opened now starts the new incarnation from the beginning.
     let (new, _) = open(&world, ProbeOptions::default(), CheckpointCadence::EveryEvent).await;
     assert_eq!(new.runtime_state().acknowledged_through, 0);
     new.catch_up().await.unwrap();
     assert_eq!(world.progress.record().unwrap().stream_incarnation.as_str(), "incarnation-2");
+    assert_eq!(world.progress.record().unwrap().progress.acknowledged_through(), 3);
     // Same positions, new incarnation: the effects genuinely re-emit.
-    assert_eq!(world.sink.applied_keys().len(), 2 * old_keys.len());
-
-    // The runner bound to the old incarnation is fenced when it commits.
-    let stale = world.progress.commit(&record("incarnation-1", 0, 5, 5), &monotonic("incarnation-1", 0)).await;
-    assert!(matches!(stale, Err(ProgressError::Rejected(FenceRejection::StaleIncarnation { .. }))));
-    drop(old);
+    assert_eq!(world.sink.applied_keys().len(), old_keys.len() + 3);
+    // The old incarnation's record is left as it was (a purge removes it).
+    assert_eq!(world.progress.record_of(&StreamIncarnation::new("incarnation-1")), Some(old_record));
 }

@@ -13,7 +13,7 @@ fn tick_bytes(n: i64, background: bool) -> Vec<u8> {
 
 fn inline(world: &World) -> (InlineRunner<Probe>, CallLog) {
     let (probe, log) = Probe::new(world, ProbeOptions::default());
-    (InlineRunner::new(probe, StreamIncarnation::new("inline-1")), log)
+    (InlineRunner::new(probe, StreamIncarnation::new("inline-1")).unwrap(), log)
 }
 
 #[test]
@@ -76,7 +76,7 @@ fn resume_refolds_when_the_reducer_version_changed() {
     let history: Vec<JournalEntry> = (1..=4).map(|n| JournalEntry::new(n as u64, tick_bytes(n, false))).collect();
     let stale = Reduction { reducer_version: "0".into(), reduced_through: 4, state: ProbeState::default() };
     let (probe, _) = Probe::new(&world, ProbeOptions::default());
-    let runner = InlineRunner::resume(probe, StreamIncarnation::new("i"), 4, Some(stale), history.clone());
+    let runner = InlineRunner::resume(probe, StreamIncarnation::new("i"), 4, Some(stale), history.clone()).unwrap();
     assert_eq!(runner.state().sum, 10);
     assert_eq!(runner.head(), 4);
 
@@ -87,7 +87,7 @@ fn resume_refolds_when_the_reducer_version_changed() {
         state: ProbeState { sum: 100, ..ProbeState::default() },
     };
     let (probe, _) = Probe::new(&world, ProbeOptions::default());
-    let runner = InlineRunner::resume(probe, StreamIncarnation::new("i"), 4, Some(cache), history);
+    let runner = InlineRunner::resume(probe, StreamIncarnation::new("i"), 4, Some(cache), history).unwrap();
     assert_eq!(runner.state().sum, 107);
 }
 

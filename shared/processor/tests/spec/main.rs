@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod ack;
+mod authoring;
 mod batch_division;
 mod blocking;
 mod caught_up;
@@ -11,6 +12,7 @@ mod controls;
 mod crash;
 mod examples;
 mod fencing;
+mod hosting;
 mod idempotency;
 mod inline;
 mod race;

@@ -135,6 +135,10 @@ impl Processor for Probe {
         &self.contract
     }
 
+    fn initial_state(&self) -> ProbeState {
+        ProbeState::default()
+    }
+
     fn validate(&self, event: &Envelope<ProbeEvent>, _state: &ProbeState) -> Result<(), Rejection> {
         match event.event {
             ProbeEvent::Tick { n: 13, .. } => Err(Rejection::new("13 is unlucky")),
