@@ -142,6 +142,7 @@ async fn alarm_rearms_when_a_sliding_ttl_moved_the_deadline() {
         seq: None,
         producer: None,
         dedupe_key: None,
+        incarnation: None,
     })
     .await
     .expect("append");

@@ -28,8 +28,9 @@ impl ApiError {
         Self::new(StatusCode::BAD_REQUEST, "BAD_REQUEST", message)
     }
 
-    /// 413. The rest of the body is never read, so the connection cannot be
-    /// reused: say so (RFC 9112 §9.6) instead of closing it unannounced.
+    /// The 413 answer. The rest of the body is never read, so the connection
+    /// cannot be reused: say so (RFC 9112 §9.6) instead of closing it
+    /// unannounced.
     pub fn payload_too_large(limit: usize) -> Self {
         Self::new(StatusCode::PAYLOAD_TOO_LARGE, "PAYLOAD_TOO_LARGE", format!("request body exceeds {limit} bytes"))
             .header("connection", "close")

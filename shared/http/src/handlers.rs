@@ -133,6 +133,7 @@ async fn post(app: AppState, path: String, req: Request) -> ApiResult {
         producer,
         body: body(raw, app.cfg.max_body_bytes).await?,
         dedupe_key: None,
+        incarnation: None,
     };
     let empty_body = request.body.is_empty();
     let out = app.service.append(request).await?;

@@ -44,6 +44,10 @@ pub enum ProgressError {
     Rejected(#[from] FenceRejection),
     #[error("progress store unavailable: {0}")]
     Unavailable(String),
+    /// The record is larger than the store keeps (the state must shrink);
+    /// nothing was stored. Retrying cannot help.
+    #[error("progress record too large: {0}")]
+    TooLarge(String),
 }
 
 /// The recovery adapter failed to arm, disarm or handle an alarm.

@@ -14,6 +14,7 @@ pub mod cursor;
 pub mod error;
 pub mod etag;
 pub mod fork;
+pub mod glob;
 pub mod headers;
 pub mod json;
 pub mod offset;

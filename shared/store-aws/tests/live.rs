@@ -30,6 +30,7 @@ fn append_req(path: &str, body: &'static [u8]) -> AppendRequest {
         seq: None,
         producer: None,
         dedupe_key: None,
+        incarnation: None,
     }
 }
 

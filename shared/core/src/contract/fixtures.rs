@@ -183,6 +183,7 @@ pub fn append_request(path: &str, body: Bytes) -> crate::AppendRequest {
         seq: None,
         producer: None,
         dedupe_key: None,
+        incarnation: None,
     }
 }
 

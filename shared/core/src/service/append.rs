@@ -24,6 +24,11 @@ pub struct AppendRequest {
     /// write once, and a repeat answers [`AppendOutcome::AlreadyAppended`].
     /// Used in-process (processor journals), not exposed over HTTP.
     pub dedupe_key: Option<String>,
+    /// Append only to this incarnation of the stream: a caller bound to a
+    /// stream life (a processor's journal) gets
+    /// [`ServiceError::IncarnationChanged`] instead of writing into a
+    /// re-created stream. In-process only.
+    pub incarnation: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -66,6 +71,9 @@ impl StreamService {
         reads: Reads,
     ) -> ServiceResult<Plan<AppendOutcome>> {
         let meta = self.live_meta(stream, reads).await?;
+        if let Some(expected) = req.incarnation.as_ref().filter(|i| **i != meta.incarnation) {
+            return Err(ServiceError::IncarnationChanged { expected: expected.clone(), found: meta.incarnation });
+        }
         if let Some(key) = &req.dedupe_key {
             // Always a store read: only the commit's `Absent` precondition on
             // this record can vouch for "not appended yet".

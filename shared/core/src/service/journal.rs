@@ -1,12 +1,16 @@
 //! Reading a JSON-mode stream as a journal of messages with positions, for
 //! consumers inside the process (stream processors). A message's position is
 //! the offset just past it: positions start above 0 and strictly increase,
-//! and "everything after position p" is the stream read from offset p.
+//! and a read "after position p" returns every message whose position is
+//! greater than p — p need not be a message boundary (an operator's
+//! "reprocess from position x" reads after x - 1).
 
 use bytes::Bytes;
 use ds_protocol::headers::is_json;
 
+use super::read::Cut;
 use super::{ServiceError, ServiceResult, StreamService};
+use crate::{StoreError, StreamHandle, StreamMeta};
 
 /// Messages of one journal read.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -20,9 +24,9 @@ pub struct JournalPage {
 }
 
 impl StreamService {
-    /// Messages of the JSON stream at `path` after position `after` (a
-    /// message boundary), up to about `max_bytes`, only while the stream is
-    /// still `incarnation`: a re-created stream answers
+    /// Messages of the JSON stream at `path` with positions greater than
+    /// `after`, up to about `max_bytes`, only while the stream is still
+    /// `incarnation`: a re-created stream answers
     /// [`ServiceError::IncarnationChanged`] and none of its data.
     pub async fn read_journal(
         &self,
@@ -39,21 +43,70 @@ impl StreamService {
         if !is_json(&meta.content_type) {
             return Err(ServiceError::BadRequest(format!("{path} is not a JSON stream")));
         }
-        if after > meta.tail {
-            return Err(ServiceError::BadRequest(format!("position {after} is beyond the tail {}", meta.tail)));
-        }
         let mut entries = Vec::new();
-        let mut pos = after;
         if after < meta.tail {
-            let pieces = self.read_pieces(&stream, &meta, after, max_bytes.max(1), super::read::Cut::AtBudget).await?;
-            for piece in pieces {
-                for line in piece.split_inclusive(|b| *b == b'\n') {
-                    pos += line.len() as u64;
-                    let message = piece.slice_ref(line.strip_suffix(b"\n").unwrap_or(line));
-                    entries.push((pos, message));
+            // Stored chunks hold whole messages: starting at the chunk that
+            // contains `after`, every message is read from its first byte.
+            let (start, data) = self.message_bytes(&stream, &meta, after, max_bytes.max(1)).await?;
+            let mut pos = start;
+            for line in data.split_inclusive(|b| *b == b'\n') {
+                pos += line.len() as u64;
+                if pos > after && line.ends_with(b"\n") {
+                    entries.push((pos, data.slice_ref(&line[..line.len() - 1])));
                 }
             }
         }
         Ok(JournalPage { entries, tail: meta.tail, closed: meta.closed })
+    }
+
+    /// Stored bytes from the start of the chunk that holds position `at`.
+    async fn message_bytes(
+        &self,
+        stream: &StreamHandle,
+        meta: &StreamMeta,
+        at: u64,
+        budget: usize,
+    ) -> ServiceResult<(u64, Bytes)> {
+        if at >= meta.own_start() {
+            // The common case: one chunk read, whose first chunk is returned whole.
+            let chunks = self.sub.store.read_chunks(stream, &meta.incarnation, at, meta.tail, budget).await?;
+            let start = chunks.first().map_or(at, |c| c.start);
+            let mut data = Vec::new();
+            let mut pos = start;
+            for c in &chunks {
+                if c.start != pos {
+                    break;
+                }
+                let end = c.end().min(meta.tail);
+                data.extend_from_slice(&c.data[..usize::try_from(end - c.start).unwrap_or(usize::MAX)]);
+                pos = end;
+            }
+            if start > at || (data.is_empty() && at < meta.tail) {
+                return Err(StoreError::Backend(format!("gap in {} at {at}", meta.path)).into());
+            }
+            return Ok((start, Bytes::from(data)));
+        }
+        // Inherited from a fork source: find the source chunk's start, then
+        // read through the fork chain from there.
+        let start = self.inherited_chunk_start(meta, at).await?;
+        let pieces = self.read_pieces(stream, meta, start, budget, Cut::AtBudget).await?;
+        Ok((start, pieces.concat().into()))
+    }
+
+    /// The start of the stored chunk holding `at` somewhere up `meta`'s fork chain.
+    async fn inherited_chunk_start(&self, meta: &StreamMeta, at: u64) -> ServiceResult<u64> {
+        let mut origin = meta.fork.clone();
+        while let Some(o) = origin.filter(|o| at < o.base) {
+            let source = match self.sub.fork_peer.source_meta(&o.source).await? {
+                Some(s) if s.incarnation == o.source_incarnation => s,
+                _ => return Err(StoreError::Backend(format!("fork source {} is missing", o.source)).into()),
+            };
+            if at >= source.own_start() {
+                let chunks = self.sub.fork_peer.read_source(&source.path, &source.incarnation, at, at + 1, 1).await?;
+                return Ok(chunks.first().map_or(at, |c| c.start.min(at)));
+            }
+            origin = source.fork;
+        }
+        Ok(at)
     }
 }

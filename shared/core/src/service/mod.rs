@@ -86,6 +86,9 @@ pub(crate) enum Reads {
 }
 
 /// What a mutation's validate step decided.
+// One per mutation attempt, moved straight into `mutate`: boxing the large
+// variant would only add an allocation to every append.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Plan<T> {
     /// Commit these writes, then publish the new meta of `publish` paths and return `T`.
     Commit {

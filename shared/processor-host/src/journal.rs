@@ -1,0 +1,97 @@
+//! [`StreamJournal`]: a JSON-mode stream as a processor's journal.
+
+use async_trait::async_trait;
+use bytes::{BufMut, Bytes, BytesMut};
+use ds_core::{AppendOutcome as CoreAppend, AppendRequest, ServiceError, StreamService};
+use ds_processor::{AppendOutcome, Journal, JournalEntry, JournalError, StreamIncarnation};
+
+/// Most bytes one `read_after` reads from the stream (it returns at most
+/// `limit` entries of them).
+const READ_BYTES: usize = 256 * 1024;
+
+/// The JSON stream at `path`, through the core service (so appends follow
+/// every stream rule and wake live readers).
+#[derive(Clone)]
+pub struct StreamJournal {
+    service: StreamService,
+    path: String,
+}
+
+impl StreamJournal {
+    pub fn new(service: StreamService, path: &str) -> Self {
+        Self { service, path: path.to_owned() }
+    }
+
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+}
+
+/// A service error as the journal reports it, for a caller bound to `bound`.
+pub(crate) fn journal_error(e: ServiceError, bound: &StreamIncarnation) -> JournalError {
+    match e {
+        ServiceError::IncarnationChanged { found, .. } => {
+            JournalError::IncarnationChanged { expected: bound.clone(), current: Some(StreamIncarnation::new(found)) }
+        }
+        ServiceError::NotFound | ServiceError::Gone | ServiceError::Expired(_) => {
+            JournalError::IncarnationChanged { expected: bound.clone(), current: None }
+        }
+        other => JournalError::Unavailable(other.to_string()),
+    }
+}
+
+#[async_trait]
+impl Journal for StreamJournal {
+    async fn incarnation(&self) -> Result<StreamIncarnation, JournalError> {
+        match self.service.head(&self.path).await {
+            Ok(meta) => Ok(StreamIncarnation::new(meta.incarnation)),
+            Err(ServiceError::NotFound | ServiceError::Gone | ServiceError::Expired(_)) => {
+                Err(JournalError::StreamNotFound)
+            }
+            Err(e) => Err(JournalError::Unavailable(e.to_string())),
+        }
+    }
+
+    async fn read_after(
+        &self,
+        incarnation: &StreamIncarnation,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<JournalEntry>, JournalError> {
+        let page = self
+            .service
+            .read_journal(&self.path, incarnation.as_str(), after, READ_BYTES)
+            .await
+            .map_err(|e| journal_error(e, incarnation))?;
+        Ok(page.entries.into_iter().take(limit).map(|(position, data)| JournalEntry::new(position, data)).collect())
+    }
+
+    async fn append(
+        &self,
+        incarnation: &StreamIncarnation,
+        data: Bytes,
+        idempotency_key: &str,
+    ) -> Result<AppendOutcome, JournalError> {
+        // One entry per append: wrapped in an array the body is exactly one
+        // message, even if `data` is itself an array.
+        let mut body = BytesMut::with_capacity(data.len() + 2);
+        body.put_u8(b'[');
+        body.put_slice(&data);
+        body.put_u8(b']');
+        let request = AppendRequest {
+            path: self.path.clone(),
+            content_type: Some("application/json".into()),
+            body: body.freeze(),
+            close: false,
+            seq: None,
+            producer: None,
+            dedupe_key: Some(idempotency_key.to_owned()),
+            incarnation: Some(incarnation.as_str().to_owned()),
+        };
+        match self.service.append(request).await.map_err(|e| journal_error(e, incarnation))? {
+            CoreAppend::Appended { meta, .. } => Ok(AppendOutcome { position: meta.tail, deduplicated: false }),
+            CoreAppend::AlreadyAppended { end, .. } => Ok(AppendOutcome { position: end, deduplicated: true }),
+            other => Err(JournalError::Unavailable(format!("unexpected append outcome {other:?}"))),
+        }
+    }
+}

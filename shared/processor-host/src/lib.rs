@@ -1,0 +1,48 @@
+//! Stream processors on a substrate: the runner's ports (`ds_processor`'s
+//! [`Journal`](ds_processor::Journal), [`ProgressStore`](ds_processor::ProgressStore)
+//! and [`Recovery`](ds_processor::Recovery)) implemented once over the
+//! protocol core, so the same adapters run on the memory, local and AWS
+//! substrates.
+//!
+//! - [`StreamJournal`]: a JSON-mode stream as the journal. An entry's
+//!   position is the stream offset just past it; an append with an
+//!   idempotency key carries the key's record in the append's own commit
+//!   (one `TransactWriteItems` on AWS, one group-commit batch locally).
+//! - [`RecordProgressStore`]: the progress of one processor on one stream
+//!   incarnation as one keyed record (`progress/<slug>`), written by one
+//!   conditional write: the fence rules ([`ds_processor::check_fence`]) are
+//!   checked against the record as this instance last saw it, and the write
+//!   holds only if the stored record is still that one.
+//! - [`StreamRecovery`]: revival alarms through an [`AlarmScheduler`] (the
+//!   in-process [`InProcAlarms`] keeps them in records and tokio timers, so
+//!   they survive a restart; AWS uses EventBridge Scheduler).
+//! - [`ProcessorRegistry`]: which processors ([`ProcessorSpec`]) run on
+//!   which streams (path patterns), opened per stream as type-erased
+//!   [`HostedRunner`]s.
+
+mod alarms;
+mod hosted;
+mod journal;
+mod progress;
+mod recovery;
+#[cfg(feature = "test-util")]
+pub mod test_util;
+
+pub use alarms::{AlarmScheduler, FiredAlarm, InProcAlarms};
+pub use hosted::{HostedRunner, ProcessorRegistry, ProcessorSpec, Registration, RegistryError, Spec};
+pub use journal::StreamJournal;
+pub use progress::RecordProgressStore;
+pub use recovery::StreamRecovery;
+
+use std::sync::Arc;
+
+use ds_core::StreamService;
+use ds_processor::{Adapters, Journal, ProgressStore, Recovery};
+
+/// The runner's adapters for processor `slug` on the stream at `path`.
+pub fn adapters(service: &StreamService, path: &str, slug: &str, alarms: Arc<dyn AlarmScheduler>) -> Adapters {
+    let journal: Arc<dyn Journal> = Arc::new(StreamJournal::new(service.clone(), path));
+    let progress: Arc<dyn ProgressStore> = Arc::new(RecordProgressStore::new(service.clone(), path, slug));
+    let recovery: Arc<dyn Recovery> = Arc::new(StreamRecovery::new(service.clone(), path, alarms));
+    Adapters::new(journal, progress, recovery)
+}
