@@ -175,8 +175,8 @@ mod tests {
     async fn frames_ready_together_leave_as_one_and_later_ones_separately() {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         let mut b = body(rx);
-        tx.send(data("event: data\ndata:x\n\n")).unwrap();
-        tx.send(data("event: control\ndata:{}\n\n")).unwrap();
+        tx.send(data("event: data\ndata:x\n\n")).expect("receiver alive");
+        tx.send(data("event: control\ndata:{}\n\n")).expect("receiver alive");
         assert_eq!(
             next_data(&mut b).await.as_deref(),
             Some(&b"event: data\ndata:x\n\nevent: control\ndata:{}\n\n"[..])
@@ -184,7 +184,7 @@ mod tests {
         // Nothing ready: the body waits (it does not end, nor spin).
         let waiting = tokio::time::timeout(std::time::Duration::from_millis(50), b.frame()).await;
         assert!(waiting.is_err(), "pending while the inner body is");
-        tx.send(data("later")).unwrap();
+        tx.send(data("later")).expect("receiver alive");
         assert_eq!(next_data(&mut b).await.as_deref(), Some(&b"later"[..]));
         drop(tx);
         assert!(b.frame().await.is_none(), "ends when the inner body ends");
@@ -195,9 +195,9 @@ mod tests {
     async fn errors_and_trailers_follow_the_data_gathered_before_them() {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         let mut b = body(rx);
-        tx.send(data("a")).unwrap();
-        tx.send(data("b")).unwrap();
-        tx.send(Err("boom")).unwrap();
+        tx.send(data("a")).expect("receiver alive");
+        tx.send(data("b")).expect("receiver alive");
+        tx.send(Err("boom")).expect("receiver alive");
         assert_eq!(next_data(&mut b).await.as_deref(), Some(&b"ab"[..]));
         assert_eq!(b.frame().await.map(|r| r.err()), Some(Some("boom")));
 
@@ -205,8 +205,8 @@ mod tests {
         let mut b = body(rx);
         let mut trailers = http::HeaderMap::new();
         trailers.insert("x-t", http::HeaderValue::from_static("1"));
-        tx.send(data("a")).unwrap();
-        tx.send(Ok(Frame::trailers(trailers))).unwrap();
+        tx.send(data("a")).expect("receiver alive");
+        tx.send(Ok(Frame::trailers(trailers))).expect("receiver alive");
         drop(tx);
         assert_eq!(next_data(&mut b).await.as_deref(), Some(&b"a"[..]));
         let t = b.frame().await.expect("trailers").expect("ok");
