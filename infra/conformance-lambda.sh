@@ -1,18 +1,25 @@
 #!/usr/bin/env bash
-# The Lambda functions through a real Lambda runtime emulator, as a new user
-# would run them: `cargo lambda watch` (cargo-lambda from PyPI, pinned) serves
-# the debug builds of lambda-http and lambda-alarm, a private local AWS
-# emulator behind them.
+# The Lambda functions through a real Lambda runtime emulator: `cargo lambda
+# watch` (cargo-lambda from PyPI, pinned) provides the Lambda Runtime API and
+# the Function URL front end; behind them run the debug builds of lambda-http
+# (8 instances, so a waiting long-poll or SSE holds one instance as on Lambda)
+# and lambda-alarm (one warm instance for every alarm), with a private local
+# AWS emulator behind those.
 #   1. the conformance suite through the HTTP function's Function URL path
 #      (http://127.0.0.1:PORT/lambda-url/lambda-http, streamed responses);
 #   2. the alarm function with `cargo lambda invoke` and the real event: the
 #      Input of the schedule the HTTP function created (what EventBridge
 #      Scheduler would send; the emulator never fires schedules): an expired
 #      stream with an S3 object is deleted and its object purged, a sliding TTL
-#      is re-armed twice by the same warm process, malformed input fails the
+#      is re-armed twice by the same warm instance, malformed input fails the
 #      invocation;
 #   3. the AWS calls each function made (counted at the emulator) against its
-#      IAM policy in template.yaml (infra/deploy-check.sh with DS_OBSERVED_CALLS).
+#      IAM policy in template.yaml (deploy/check_template.py --observed).
+#
+# The instances are started here (`cargo lambda watch --only-lambda-apis`)
+# from the binaries `cargo build --workspace --all-targets` makes, the build
+# `make test` has already done: watch's own `cargo run` would build every
+# dependency once more with another feature set (minutes on 2 cores).
 #
 # Usage (from anywhere): bash infra/conformance-lambda.sh
 # Env: DS_LAMBDA_RUN_DIR (default target/conformance-lambda): logs and calls.json.
@@ -30,19 +37,17 @@ export PATH="$LAMBDA_BIN:$PATH"
 say() { echo "conformance-lambda: $*" >&2; }
 fail() { say "FAILED: $*"; exit 1; }
 
-WATCH_PID=""
+PIDS=()
 cleanup() {
-  if [ -n "$WATCH_PID" ]; then
-    # The function processes are children of the watch process: stop them by PID.
-    local children
-    children="$(pgrep -P "$WATCH_PID" 2>/dev/null || true)"
-    kill "$WATCH_PID" 2>/dev/null || true
-    for pid in $children; do kill "$pid" 2>/dev/null || true; done
-    wait "$WATCH_PID" 2>/dev/null || true
-  fi
+  for pid in "${PIDS[@]+"${PIDS[@]}"}"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "${PIDS[@]+"${PIDS[@]}"}"; do wait "$pid" 2>/dev/null || true; done
   bash "$HERE/aws-emulator/stop.sh" --dir "$RUN/emulator" >/dev/null 2>&1 || true
 }
 trap cleanup EXIT
+
+say "building the functions (debug; a no-op after make test's build)"
+cargo build --workspace --all-targets --locked 2>"$RUN/build.log" || cargo build --workspace --all-targets 2>>"$RUN/build.log" \
+  || { tail -n 30 "$RUN/build.log" >&2; fail "build"; }
 
 eval "$(bash "$HERE/aws-emulator/start.sh" --port 0 --dir "$RUN/emulator")"
 while IFS= read -r line; do export "${line?}"; done < <(bash "$HERE/aws-emulator/create-resources")
@@ -58,17 +63,30 @@ export DS_LONG_POLL_TIMEOUT=500ms RUST_LOG="${RUST_LOG:-warn}"
 
 PORT="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()')"
 URL="http://127.0.0.1:$PORT/lambda-url/lambda-http"
-say "cargo lambda watch on 127.0.0.1:$PORT (debug builds; log $RUN/watch.log)"
-# --concurrency 8: a waiting long-poll or SSE holds an instance, as on Lambda.
-cargo lambda watch --invoke-address 127.0.0.1 --invoke-port "$PORT" --concurrency 8 --ignore-changes \
-  >"$RUN/watch.log" 2>&1 &
-WATCH_PID=$!
-for _ in $(seq 1 1200); do
-  curl -fsS "$URL/health" >/dev/null 2>&1 && break
-  kill -0 "$WATCH_PID" 2>/dev/null || { tail -n 30 "$RUN/watch.log" >&2; fail "cargo lambda watch exited"; }
-  sleep 0.5
+say "cargo lambda watch --only-lambda-apis on 127.0.0.1:$PORT (log $RUN/watch.log)"
+cargo lambda watch --only-lambda-apis --invoke-address 127.0.0.1 --invoke-port "$PORT" >"$RUN/watch.log" 2>&1 &
+PIDS+=("$!")
+for _ in $(seq 1 100); do
+  grep -q "starting Runtime server" "$RUN/watch.log" 2>/dev/null && break
+  sleep 0.2
 done
-curl -fsS "$URL/health" >/dev/null || { tail -n 30 "$RUN/watch.log" >&2; fail "the HTTP function did not answer"; }
+start_instances() { # FUNCTION COUNT: instances polling the runtime API for FUNCTION
+  local i
+  for i in $(seq 1 "$2"); do
+    AWS_LAMBDA_RUNTIME_API="http://127.0.0.1:$PORT/.rt/$1" AWS_LAMBDA_FUNCTION_NAME="$1" \
+    AWS_LAMBDA_FUNCTION_VERSION=1 AWS_LAMBDA_FUNCTION_MEMORY_SIZE=512 \
+    AWS_LAMBDA_LOG_GROUP_NAME="/aws/lambda/$1" AWS_LAMBDA_LOG_STREAM_NAME="instance-$i" \
+      "$ROOT/target/debug/$1" >>"$RUN/$1.log" 2>&1 &
+    PIDS+=("$!")
+  done
+}
+start_instances lambda-http 8
+start_instances lambda-alarm 1
+for _ in $(seq 1 100); do
+  curl -fsS "$URL/health" >/dev/null 2>&1 && break
+  sleep 0.2
+done
+curl -fsS "$URL/health" >/dev/null || { tail -n 30 "$RUN/watch.log" "$RUN/lambda-http.log" >&2; fail "the HTTP function did not answer"; }
 
 # ---- 1. conformance through the Function URL ---------------------------------
 tool calls-drop
@@ -97,9 +115,6 @@ base="alarm-$(date +%s)-$$"
 head -c 40000 /dev/zero | tr '\0' 'x' >"$RUN/big.txt"
 [ "$(status -X PUT -H 'content-type: text/plain' -H 'stream-ttl: 1' --data-binary @"$RUN/big.txt" "$URL/v1/stream/$base/expire")" = 201 ] \
   || fail "could not create the expiring stream"
-# B: a sliding TTL that activity keeps moving.
-[ "$(status -X PUT -H 'content-type: text/plain' -H 'stream-ttl: 2' --data 'x' "$URL/v1/stream/$base/slide")" = 201 ] \
-  || fail "could not create the sliding stream"
 tool calls-add "$CALLS" HttpFunction
 
 tool alarm-event "$base/expire" >"$RUN/expire.json"
@@ -114,6 +129,10 @@ purged="$(comm -23 <(sort "$RUN/objects-before.txt") <(sort "$RUN/objects-after.
 [ "$purged" -ge 1 ] || fail "the expired stream's S3 object was not purged"
 say "alarm: expired stream deleted, $purged S3 object(s) purged"
 
+# B: a sliding TTL that activity keeps moving.
+[ "$(status -X PUT -H 'content-type: text/plain' -H 'stream-ttl: 3' --data 'x' "$URL/v1/stream/$base/slide")" = 201 ] \
+  || fail "could not create the sliding stream"
+tool calls-add "$CALLS" HttpFunction
 for round in 1 2; do
   tool alarm-event "$base/slide" >"$RUN/slide-$round.json"
   at="$(at_ms "$RUN/slide-$round.json")"
@@ -143,9 +162,10 @@ tool calls-drop
 
 # ---- 3. the calls each function made against its IAM policy -------------------
 say "AWS calls seen: $(tr -d ' \n' <"$CALLS")"
-DS_OBSERVED_CALLS="$CALLS" bash "$HERE/deploy-check.sh" >"$RUN/deploy-check.log" 2>&1 \
-  || { grep -v '^ok: ' "$RUN/deploy-check.log" >&2; fail "observed calls not covered by the IAM policies"; }
-grep 'observed' "$RUN/deploy-check.log" >&2 || true
+SAM_BIN="$(ds_venv sam-cli "$HERE/sam-cli-constraints.txt" "aws-sam-cli==1.170.0")"
+"$SAM_BIN/python" "$HERE/deploy/check_template.py" --root "$ROOT" --observed "$CALLS" >"$RUN/iam-check.log" 2>&1 \
+  || { grep -v '^ok: ' "$RUN/iam-check.log" >&2; fail "the functions' IAM policies do not cover what they did"; }
+grep '(observed)' "$RUN/iam-check.log" | sed 's/^/conformance-lambda: /' >&2 || true
 
 echo "$SUITE" | tail -n 1
 [ "$SUITE_RC" = 0 ] || exit 1

@@ -41,7 +41,18 @@ impl Env {
         let conf = aws_config::defaults(aws_config::BehaviorVersion::latest()).load().await;
         let cfg = AwsConfig::from_env().expect("config");
         let clients = AwsClients::from_sdk_config(&conf);
-        let _ = clients.scheduler.create_schedule_group().name(&cfg.schedule_group).send().await;
+        // Once per process and only if missing: the emulator's
+        // CreateScheduleGroup replaces an existing group, wiping the
+        // schedules of the tests running beside this one.
+        static GROUP: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
+        GROUP
+            .get_or_init(|| async {
+                let group = &cfg.schedule_group;
+                if clients.scheduler.get_schedule_group().name(group).send().await.is_err() {
+                    let _ = clients.scheduler.create_schedule_group().name(group).send().await;
+                }
+            })
+            .await;
         Self { conf, cfg }
     }
 
@@ -68,16 +79,20 @@ impl Env {
             .group_name(&self.cfg.schedule_group)
             .name(schedule_name(path, incarnation))
             .send()
-            .await
-            .ok()?;
-        let target = out.target()?;
+            .await;
+        let out = match out {
+            Ok(out) => out,
+            Err(e) if e.as_service_error().is_some_and(|s| s.is_resource_not_found_exception()) => return None,
+            Err(e) => panic!("GetSchedule for {path}: {e:?}"),
+        };
+        let target = out.target().expect("a target");
         assert_eq!(target.arn(), self.cfg.alarm_target_arn, "the alarm Lambda is the target");
         assert_eq!(
             out.action_after_completion().map(|a| a.as_str()),
             Some("DELETE"),
             "one-shot schedules delete themselves"
         );
-        let input = serde_json::from_str(target.input()?).expect("JSON input");
+        let input = serde_json::from_str(target.input().expect("an input")).expect("JSON input");
         Some((input, out.schedule_expression()?.to_owned()))
     }
 }
@@ -152,13 +167,14 @@ async fn alarm_rearms_when_a_sliding_ttl_moved_the_deadline() {
     let env = Env::new().await;
     let web = env.service();
     let path = format!("alarm/sliding/{}", uuid::Uuid::new_v4());
-    let created = web.create(create(&path, 3)).await.expect("create");
+    let created = web.create(create(&path, 4)).await.expect("create");
     let inc = created.meta.incarnation.clone();
     let (input, first_expr) = env.scheduled(&path, &inc).await.expect("armed");
 
     // Activity moves the deadline (a read refreshes the sliding TTL; appends
     // set it in their commit). Refreshing never re-arms the schedule itself.
-    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    // Late, so the moved deadline stays seconds away while the alarm runs.
+    sleep_past(at_ms(&input), -1_000).await;
     web.read(read(&path)).await.expect("read");
     web.append(AppendRequest {
         path: path.clone(),
@@ -175,11 +191,11 @@ async fn alarm_rearms_when_a_sliding_ttl_moved_the_deadline() {
 
     // The original alarm fires at the old deadline: the stream lives on and
     // the alarm is re-armed for the new deadline.
-    tokio::time::sleep(Duration::from_millis(2_000)).await;
+    sleep_past(at_ms(&input), 200).await;
     let alarm = env.service();
     lambda_alarm_fn::handle(&alarm, input).await.expect("handled");
     assert!(web.head(&path).await.is_ok(), "not expired: still there");
-    let (_, second_expr) = env.scheduled(&path, &inc).await.expect("re-armed");
+    let (rearmed, second_expr) = env.scheduled(&path, &inc).await.expect("re-armed");
     assert!(second_expr > first_expr, "re-armed later: {first_expr} -> {second_expr}");
 
     // An alarm for another incarnation (a re-created path) does nothing.
@@ -189,9 +205,8 @@ async fn alarm_rearms_when_a_sliding_ttl_moved_the_deadline() {
     // Malformed input is an error, not a panic.
     assert!(lambda_alarm_fn::handle(&alarm, serde_json::json!({"nope": 1})).await.is_err());
     // And once the moved deadline passes, the next alarm removes it.
-    tokio::time::sleep(Duration::from_millis(3_200)).await;
-    let (input, _) = env.scheduled(&path, &inc).await.expect("armed");
-    lambda_alarm_fn::handle(&alarm, input).await.expect("handled");
+    sleep_past(at_ms(&rearmed), 200).await;
+    lambda_alarm_fn::handle(&alarm, rearmed).await.expect("handled");
     assert!(matches!(web.head(&path).await, Err(ServiceError::NotFound)));
 }
 
@@ -269,7 +284,9 @@ async fn an_alarm_that_cannot_rearm_fails_the_invocation() {
     let env = Env::new().await;
     let web = env.service();
     let path = format!("alarm/rearm-fails/{}", uuid::Uuid::new_v4());
-    let inc = web.create(create(&path, 2)).await.expect("create").meta.incarnation;
+    // A TTL long enough that the moved deadline outlasts the failing attempt
+    // (the SDK retries the emulator's error with backoff).
+    let inc = web.create(create(&path, 6)).await.expect("create").meta.incarnation;
     let (input, _) = env.scheduled(&path, &inc).await.expect("armed");
     sleep_past(at_ms(&input), -700).await;
     web.read(read(&path)).await.expect("read refreshes the TTL");
