@@ -5,14 +5,14 @@
 # (8 instances, so a waiting long-poll or SSE holds one instance as on Lambda)
 # and lambda-alarm (one warm instance for every alarm), with a private local
 # AWS emulator behind those.
-#   1. the conformance suite through the HTTP function's Function URL path
-#      (http://127.0.0.1:PORT/lambda-url/lambda-http, streamed responses);
-#   2. the alarm function with `cargo lambda invoke` and the real event: the
+#   1. the alarm function with `cargo lambda invoke` and the real event: the
 #      Input of the schedule the HTTP function created (what EventBridge
 #      Scheduler would send; the emulator never fires schedules): an expired
 #      stream with an S3 object is deleted and its object purged, a sliding TTL
 #      is re-armed twice by the same warm instance, malformed input fails the
 #      invocation;
+#   2. the conformance suite through the HTTP function's Function URL path
+#      (http://127.0.0.1:PORT/lambda-url/lambda-http, streamed responses);
 #   3. the AWS calls each function made (counted at the emulator) against its
 #      IAM policy in template.yaml (deploy/check_template.py --observed).
 #
@@ -88,19 +88,9 @@ for _ in $(seq 1 100); do
 done
 curl -fsS "$URL/health" >/dev/null || { tail -n 30 "$RUN/watch.log" "$RUN/lambda-http.log" >&2; fail "the HTTP function did not answer"; }
 
-# ---- 1. conformance through the Function URL ---------------------------------
+# ---- 1. the alarm function with real schedule inputs --------------------------
+# First, while the schedule group holds few schedules (looking one up lists them).
 tool calls-drop
-say "conformance suite against $URL"
-set +e
-SUITE="$(DS_CONFORMANCE_LIST_SKIPPED=1 bash "$ROOT/tests/conformance/run.sh" --long-poll-timeout-ms 500 "$URL" \
-  2>"$RUN/conformance.err")"
-SUITE_RC=$?
-set -e
-grep -v '^SKIPPED: ' "$RUN/conformance.err" >&2 || true
-grep '^SKIPPED: ' "$RUN/conformance.err" | sed 's/^/conformance-lambda: /' >&2 || true
-tool calls-add "$CALLS" HttpFunction
-
-# ---- 2. the alarm function with real schedule inputs --------------------------
 invoke_alarm() { # EVENT_FILE -> prints the function's answer; fails if the invocation failed
   cargo lambda invoke lambda-alarm --invoke-address 127.0.0.1 --invoke-port "$PORT" --data-file "$1"
 }
@@ -108,7 +98,7 @@ at_ms() { "$VPY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["at_ms"
 sleep_past() { # EPOCH_MS
   "$VPY" -c 'import sys,time; time.sleep(max(0, int(sys.argv[1]) / 1000 + 0.2 - time.time()))' "$1"
 }
-status() { curl -s -o /dev/null -w '%{http_code}' "$@"; }
+status() { curl -s -m 30 -o /dev/null -w '%{http_code}' "$@"; }
 base="alarm-$(date +%s)-$$"
 
 # A: an expired stream whose body is an S3 object (over the 32 KiB inline threshold).
@@ -128,27 +118,32 @@ tool objects >"$RUN/objects-after.txt"
 purged="$(comm -23 <(sort "$RUN/objects-before.txt") <(sort "$RUN/objects-after.txt") | wc -l)"
 [ "$purged" -ge 1 ] || fail "the expired stream's S3 object was not purged"
 say "alarm: expired stream deleted, $purged S3 object(s) purged"
+tool calls-drop
 
-# B: a sliding TTL that activity keeps moving.
-[ "$(status -X PUT -H 'content-type: text/plain' -H 'stream-ttl: 3' --data 'x' "$URL/v1/stream/$base/slide")" = 201 ] \
+# B: a sliding TTL that activity keeps moving (long enough for this script's
+# own steps between two alarms).
+[ "$(status -X PUT -H 'content-type: text/plain' -H 'stream-ttl: 10' --data 'x' "$URL/v1/stream/$base/slide")" = 201 ] \
   || fail "could not create the sliding stream"
 tool calls-add "$CALLS" HttpFunction
+tool alarm-event "$base/slide" >"$RUN/slide-1.json"
+tool calls-drop
 for round in 1 2; do
-  tool alarm-event "$base/slide" >"$RUN/slide-$round.json"
   at="$(at_ms "$RUN/slide-$round.json")"
-  sleep_past "$((at - 900))"
-  [ "$(status "$URL/v1/stream/$base/slide?offset=-1")" = 200 ] || fail "read of the sliding stream"
+  sleep_past "$((at - 2000))"
+  code="$(status "$URL/v1/stream/$base/slide?offset=-1")"
+  [ "$code" = 200 ] || fail "round $round: read of the sliding stream answered $code"
   tool calls-add "$CALLS" HttpFunction
   sleep_past "$at"
   invoke_alarm "$RUN/slide-$round.json" >"$RUN/alarm-slide-$round.out" 2>&1 \
     || { cat "$RUN/alarm-slide-$round.out" >&2; fail "alarm B round $round"; }
   tool calls-add "$CALLS" AlarmFunction
-  [ "$(status -I "$URL/v1/stream/$base/slide")" = 200 ] || fail "round $round: the sliding stream expired early"
+  code="$(status -I "$URL/v1/stream/$base/slide")"
+  [ "$code" = 200 ] || fail "round $round: HEAD of the sliding stream answered $code"
   tool calls-add "$CALLS" HttpFunction
-  tool alarm-event "$base/slide" >"$RUN/slide-next.json"
-  next="$(at_ms "$RUN/slide-next.json")"
-  [ "$next" -gt "$at" ] || fail "round $round: the alarm was not re-armed ($at -> $next)"
+  tool alarm-event "$base/slide" >"$RUN/slide-$((round + 1)).json"
   tool calls-drop
+  next="$(at_ms "$RUN/slide-$((round + 1)).json")"
+  [ "$next" -gt "$at" ] || fail "round $round: the alarm was not re-armed ($at -> $next)"
   say "alarm: round $round re-armed the sliding TTL ($at -> $next)"
 done
 
@@ -159,6 +154,17 @@ fi
 grep -q "not an alarm input" "$RUN/alarm-malformed.out" || { cat "$RUN/alarm-malformed.out" >&2; fail "malformed input: no reason given"; }
 say "alarm: malformed input fails the invocation (so Scheduler retries, then dead-letters)"
 tool calls-drop
+
+# ---- 2. conformance through the Function URL ---------------------------------
+say "conformance suite against $URL"
+set +e
+SUITE="$(DS_CONFORMANCE_LIST_SKIPPED=1 bash "$ROOT/tests/conformance/run.sh" --long-poll-timeout-ms 500 "$URL" \
+  2>"$RUN/conformance.err")"
+SUITE_RC=$?
+set -e
+grep -v '^SKIPPED: ' "$RUN/conformance.err" >&2 || true
+grep '^SKIPPED: ' "$RUN/conformance.err" | sed 's/^/conformance-lambda: /' >&2 || true
+tool calls-add "$CALLS" HttpFunction
 
 # ---- 3. the calls each function made against its IAM policy -------------------
 say "AWS calls seen: $(tr -d ' \n' <"$CALLS")"
