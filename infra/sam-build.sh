@@ -11,6 +11,9 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$HERE/.." && pwd)"
 export AWS_EC2_METADATA_DISABLED=true
 BUILD_DIR="$ROOT/target/sam-build"
+# A target directory of its own: the release builds for Amazon Linux do not
+# share artifacts with the debug builds, and must not wait on their lock.
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target/sam-cargo}"
 start=$(date +%s)
 bash "$HERE/sam.sh" build --template template.yaml --build-dir "$BUILD_DIR"
 echo "sam-build: $(( $(date +%s) - start )) s"
