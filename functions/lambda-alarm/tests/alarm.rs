@@ -6,7 +6,9 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use ds_core::{AppendRequest, CreateRequest, LiveMode, ReadRequest, ServiceConfig, ServiceError, StreamService};
+use ds_core::{
+    AppendRequest, CreateRequest, LiveMode, ReadRequest, ServiceConfig, ServiceError, StreamHandle, StreamService,
+};
 use ds_protocol::headers::Lifetime;
 use ds_protocol::ReadOffset;
 use ds_store_aws::{schedule_name, AwsClients, AwsConfig, AwsSubstrate, Fault, FaultPoint};
@@ -268,10 +270,16 @@ async fn an_alarm_whose_delete_fails_fails_the_invocation() {
     let err = lambda_alarm_fn::handle(&alarm, input.clone()).await.expect_err("the delete failed");
     assert!(err.to_string().contains(&path), "the error names the stream: {err}");
     assert_eq!(aws.pending_faults(), 0, "the delete was attempted");
-    assert!(web.substrate().store.read_meta(&path).await.expect("read").is_some(), "not deleted yet");
+    assert!(
+        web.substrate().store.read_meta(&StreamHandle::detached(&path)).await.expect("read").is_some(),
+        "not deleted yet"
+    );
 
     lambda_alarm_fn::handle(&alarm, input).await.expect("the retry succeeds");
-    assert!(web.substrate().store.read_meta(&path).await.expect("read").is_none(), "deleted by the retry");
+    assert!(
+        web.substrate().store.read_meta(&StreamHandle::detached(&path)).await.expect("read").is_none(),
+        "deleted by the retry"
+    );
 }
 
 /// A moved deadline that cannot be re-armed fails the invocation too: the
