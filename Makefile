@@ -1,7 +1,7 @@
 # Durable Streams — the two commands a fresh clone needs:
 #   make run    local server on 127.0.0.1:4437 with the embedded durable store (./data)
-#   make test   every test: unit, contract, end-to-end, conformance (memory, local, aws), infra lint
-.PHONY: run test test-rust lint-infra build-lambda aws-calls bench bench-quick fmt clippy
+#   make test   every test: unit, contract, end-to-end, conformance (memory, local, aws, Lambda runtime emulator), infra lint, deploy check
+.PHONY: run test test-long test-rust lint-infra deploy-check build-lambda aws-calls bench bench-quick fmt clippy
 
 run:
 	cargo run --release -p durable-streams -- serve
@@ -9,12 +9,20 @@ run:
 test:
 	bash tests/run-all.sh
 
+# Campaigns too long for `make test`: one script per line.
+test-long:
+	bash infra/sam-build.sh
+
 # Only the Rust tests (the AWS ones need the emulator: `make test` starts it).
 test-rust:
 	cargo test --workspace
 
 lint-infra:
 	bash infra/lint-infra.sh
+
+# sam validate --lint and the checks on the transformed template (no AWS account needed).
+deploy-check:
+	bash infra/deploy-check.sh
 
 build-lambda:
 	bash infra/build-lambda.sh

@@ -60,9 +60,19 @@ for store in memory local aws; do
   kill "${PIDS[-1]}" 2>/dev/null || true
 done
 
+step "Lambda functions through the runtime emulator (cargo lambda watch): conformance, alarm, IAM of observed calls"
+out="$(DS_LAMBDA_RUN_DIR="$RUN/lambda" bash infra/conformance-lambda.sh)" || {
+  echo "$out"; echo "conformance through the Lambda runtime emulator FAILED (logs: $RUN/lambda)" >&2; exit 1; }
+echo "$out"
+RESULT[lambda]="$(echo "$out" | tail -n 1)"
+
 step "infra lint (cfn-lint on template.yaml)"
 bash infra/lint-infra.sh
 
+step "deploy check (sam validate --lint, transformed-template assertions)"
+DS_OBSERVED_CALLS="$RUN/lambda/calls.json" bash infra/deploy-check.sh
+
 step "summary"
 for store in memory local aws; do echo "conformance --store $store: ${RESULT[$store]}"; done
+echo "conformance through the Lambda runtime emulator: ${RESULT[lambda]}"
 echo "make test: all passed"

@@ -4,7 +4,8 @@
 #   tests/conformance/run.sh [--long-poll-timeout-ms N] <base-url> [-- <vitest args>]
 #
 # Installs the pinned suite from npm into ${DS_CONFORMANCE_HOME:-~/.cache/ds-conformance}
-# once, then runs it. Last line: "N passed, N failed, N skipped".
+# once, then runs it. Last line: "N passed, N failed, N skipped". Failed tests are
+# listed on stderr ("FAILED: ..."), and skipped ones too with DS_CONFORMANCE_LIST_SKIPPED=1.
 # Exit: 0 all passed, 1 failures, 2 usage/install/runner error.
 set -uo pipefail
 
@@ -69,6 +70,7 @@ node -e '
   const r = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"));
   for (const f of r.testResults ?? []) for (const a of f.assertionResults ?? [])
     if (a.status === "failed") console.error("FAILED: " + a.fullName + "\n    " + String((a.failureMessages ?? [])[0] ?? "").split("\n")[0]);
+    else if (a.status !== "passed" && process.env.DS_CONFORMANCE_LIST_SKIPPED) console.error("SKIPPED: " + a.fullName);
   console.log(`${r.numPassedTests} passed, ${r.numFailedTests} failed, ${(r.numPendingTests ?? 0) + (r.numTodoTests ?? 0)} skipped`);
   process.exit(r.numFailedTests > 0 ? 1 : 0);
 ' "$OUT/results.json"

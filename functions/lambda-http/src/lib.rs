@@ -1,7 +1,9 @@
 //! The HTTP function: the same axum router as the local server (`ds-http`)
 //! over the AWS substrate, adapted to Lambda's HTTP events. Served with
 //! `lambda_http::run_with_streaming_response`, so a Function URL in
-//! `RESPONSE_STREAM` mode delivers SSE events as they are produced.
+//! `RESPONSE_STREAM` mode delivers SSE events as they are produced; response
+//! bodies go through [`Coalesce`], so each SSE batch (a `data` event and its
+//! `control` event) leaves as one chunk, as it does from the local server.
 //!
 //! Settings (env, in the dialect of `ds_config`: durations like `20s`, sizes
 //! like `1MiB`): the substrate's `DS_AWS_*` (see `ds_store_aws::AwsConfig`),
@@ -20,19 +22,22 @@ use ds_config::Settings;
 use ds_core::{ServiceConfig, StreamService};
 use tower::ServiceExt;
 
+pub mod coalesce;
+pub use coalesce::Coalesce;
+
+/// What the handler answers: the router's response, its body coalesced.
+pub type LambdaResponse = http::Response<Coalesce<Body>>;
+
 /// The future of one routed request.
-pub type ResponseFuture = Pin<Box<dyn Future<Output = Result<http::Response<Body>, Infallible>> + Send>>;
+pub type ResponseFuture = Pin<Box<dyn Future<Output = Result<LambdaResponse, Infallible>> + Send>>;
 
 /// The service Lambda runs per invocation: convert the event's body to an
-/// axum body and route it. Never fails: errors are HTTP responses.
+/// axum body, route it, and coalesce the response body's ready frames.
+/// Never fails: errors are HTTP responses.
 pub fn handler(
     router: axum::Router,
-) -> impl tower::Service<
-    lambda_http::Request,
-    Response = http::Response<Body>,
-    Error = Infallible,
-    Future = ResponseFuture,
-> + Clone {
+) -> impl tower::Service<lambda_http::Request, Response = LambdaResponse, Error = Infallible, Future = ResponseFuture> + Clone
+{
     tower::service_fn(move |req: lambda_http::Request| {
         let router = router.clone();
         Box::pin(async move {
@@ -43,7 +48,8 @@ pub fn handler(
                 lambda_http::Body::Binary(b) => bytes::Bytes::from(b),
                 _ => bytes::Bytes::new(),
             };
-            router.oneshot(http::Request::from_parts(parts, Body::from(bytes))).await
+            let response = router.oneshot(http::Request::from_parts(parts, Body::from(bytes))).await?;
+            Ok(response.map(Coalesce::new))
         }) as ResponseFuture
     })
 }

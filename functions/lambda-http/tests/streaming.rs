@@ -74,35 +74,21 @@ fn text(buf: &[u8]) -> String {
     String::from_utf8_lossy(buf).replace("data: ", "data:").replace("event: ", "event:")
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn sse_streams_framed_events_incrementally_through_the_runtime() {
-    if !common::emulator("sse_streams_framed_events_incrementally_through_the_runtime") {
-        return;
-    }
-    let path = format!("lambda/sse/{}", std::process::id());
-    let path = format!(
-        "{path}-{}",
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos()
-    );
-    // The writer is another substrate instance: the live event reaches the
-    // Lambda's SSE through the poll-backed hub, as across Lambda instances.
-    let writer = common::service().await;
-    let create = CreateRequest {
-        path: path.clone(),
-        content_type: Some("text/plain".into()),
-        lifetime: Lifetime::default(),
-        closed: false,
-        body: Bytes::from_static(b"one"),
-        fork: None,
-    };
-    writer.create(create).await.expect("create");
+/// The Lambda environment is process-wide: one mock runtime at a time.
+static RUNTIME_ENV: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-    let (tx, mut rx) = mpsc::unbounded_channel();
-    let mock = Mock {
-        event: Arc::new(Mutex::new(Some(common::fixture("get_sse.json", &path)))),
-        chunks: tx,
-        headers: Arc::default(),
-    };
+/// A mock Runtime API on 127.0.0.1 serving one `event`, and the real
+/// streaming runtime polling it with the real handler. Response chunks
+/// arrive on `rx` as the mock receives them (an empty chunk ends it).
+struct Invocation {
+    rx: mpsc::UnboundedReceiver<(Instant, Bytes)>,
+    headers: Arc<Mutex<Vec<(String, String)>>>,
+    runtime: tokio::task::JoinHandle<Result<(), lambda_http::Error>>,
+}
+
+async fn invoke_streaming(event: String) -> Invocation {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let mock = Mock { event: Arc::new(Mutex::new(Some(event))), chunks: tx, headers: Arc::default() };
     let app = axum::Router::new()
         .route("/2018-06-01/runtime/invocation/next", get(next))
         .route("/2018-06-01/runtime/invocation/{id}/response", post(response))
@@ -124,6 +110,35 @@ async fn sse_streams_framed_events_incrementally_through_the_runtime() {
     }
     let router = lambda_http_fn::router(common::service().await, lambda_http_fn::http_config_from_env().expect("cfg"));
     let runtime = tokio::spawn(lambda_http::run_with_streaming_response(lambda_http_fn::handler(router)));
+    Invocation { rx, headers: mock.headers, runtime }
+}
+
+fn unique_path(kind: &str) -> String {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos();
+    format!("lambda/{kind}/{}-{nanos}", std::process::id())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sse_streams_framed_events_incrementally_through_the_runtime() {
+    if !common::emulator("sse_streams_framed_events_incrementally_through_the_runtime") {
+        return;
+    }
+    let _env = RUNTIME_ENV.lock().await;
+    let path = unique_path("sse");
+    // The writer is another substrate instance: the live event reaches the
+    // Lambda's SSE through the poll-backed hub, as across Lambda instances.
+    let writer = common::service().await;
+    let create = CreateRequest {
+        path: path.clone(),
+        content_type: Some("text/plain".into()),
+        lifetime: Lifetime::default(),
+        closed: false,
+        body: Bytes::from_static(b"one"),
+        fork: None,
+    };
+    writer.create(create).await.expect("create");
+
+    let Invocation { mut rx, headers, runtime } = invoke_streaming(common::fixture("get_sse.json", &path)).await;
 
     // 1. The prelude and the catch-up events arrive before anything else happens.
     let mut buf: Vec<u8> = Vec::new();
@@ -146,7 +161,7 @@ async fn sse_streams_framed_events_incrementally_through_the_runtime() {
     assert_eq!(prelude["statusCode"], 200);
     let ct = prelude["headers"]["content-type"].as_str().unwrap_or("");
     assert!(ct.starts_with("text/event-stream"), "{prelude}");
-    let headers = mock.headers.lock().map(|h| h.clone()).unwrap_or_default();
+    let headers = headers.lock().map(|h| h.clone()).unwrap_or_default();
     assert!(
         headers.iter().any(|(k, v)| k == "lambda-runtime-function-response-mode" && v == "streaming"),
         "streaming mode: {headers:?}"
@@ -201,4 +216,63 @@ async fn sse_streams_framed_events_incrementally_through_the_runtime() {
     assert!(last.starts_with("event:control") && last.contains("\"streamClosed\":true"), "{last:?}");
     assert!(arrivals.len() >= 2, "the body arrived in several pieces: {arrivals:?}");
     runtime.abort();
+}
+
+/// What the conformance suite's SSE client does: read chunks until the text
+/// holds `event: control` followed by a blank line, then stop. A payload line
+/// containing that text must not make it stop before the real control event:
+/// the data event and its control event arrive in one chunk.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sse_batch_with_control_text_in_its_payload_arrives_whole() {
+    if !common::emulator("sse_batch_with_control_text_in_its_payload_arrives_whole") {
+        return;
+    }
+    let _env = RUNTIME_ENV.lock().await;
+    let path = unique_path("sse-injection");
+    let payload = "safe content\r\n\r\nevent: control\r\ndata: {\"injected\":true}\r\n\r\nmore safe content";
+    let writer = common::service().await;
+    let create = CreateRequest {
+        path: path.clone(),
+        content_type: Some("text/plain".into()),
+        lifetime: Lifetime::default(),
+        closed: false,
+        body: Bytes::from(payload),
+        fork: None,
+    };
+    writer.create(create).await.expect("create");
+
+    let Invocation { mut rx, runtime, .. } = invoke_streaming(common::fixture("get_sse.json", &path)).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut buf: Vec<u8> = Vec::new();
+    let mut body_start = None;
+    let received = loop {
+        let (_, chunk) = tokio::time::timeout_at(deadline.into(), rx.recv()).await.expect("in time").expect("open");
+        assert!(!chunk.is_empty(), "the response ended early: {:?}", String::from_utf8_lossy(&buf));
+        buf.extend_from_slice(&chunk);
+        let Some(start) = body_start.or_else(|| buf.windows(8).position(|w| w == [0u8; 8]).map(|p| p + 8)) else {
+            continue;
+        };
+        body_start = Some(start);
+        let text = String::from_utf8_lossy(&buf[start..]).replace("\r\n", "\n");
+        if let Some(at) = text.find("event: control") {
+            if text[at..].contains("\n\n") {
+                break text;
+            }
+        }
+    };
+    runtime.abort();
+    let events: Vec<(&str, String)> = received
+        .split("\n\n")
+        .filter(|b| !b.trim().is_empty())
+        .map(|block| {
+            let kind = block.lines().find_map(|l| l.strip_prefix("event:")).unwrap_or("").trim();
+            let data: Vec<&str> = block.lines().filter_map(|l| l.strip_prefix("data:")).collect();
+            (kind, data.join("\n"))
+        })
+        .collect();
+    let kinds: Vec<&str> = events.iter().map(|e| e.0).collect();
+    assert_eq!(kinds, ["data", "control"], "one data and one control event when the client stops: {received:?}");
+    assert!(events[0].1.contains("event: control") && events[0].1.contains("{\"injected\":true}"), "{events:?}");
+    let control: serde_json::Value = serde_json::from_str(&events[1].1).expect("control JSON");
+    assert!(control.get("injected").is_none() && control.get("streamNextOffset").is_some(), "{control}");
 }

@@ -6,9 +6,15 @@
 //!
 //! Re-arming is lazy: a sliding TTL only moves the stored deadline; the alarm
 //! fires at the old deadline, sees the deadline moved and schedules again
-//! (the core's `run_expiry`). So a request for a *later* time than the one
-//! this process already armed is skipped — the armed alarm will re-arm — and
-//! refreshing a TTL never costs a Scheduler call.
+//! (the core's `run_expiry`). So a request for a *later* time than an alarm
+//! this process armed and that is still pending is skipped — that alarm will
+//! re-arm — and refreshing a TTL never costs a Scheduler call.
+//!
+//! An alarm whose time has come is no longer pending: it has fired (and
+//! Scheduler deleted it) or is firing. A warm alarm Lambda re-arming a stream
+//! whose deadline slid again must therefore not count the alarm it armed
+//! last time (the one that just invoked it) as armed, or the next re-arm is
+//! skipped and the stream never expires.
 
 use std::sync::Arc;
 
@@ -56,13 +62,21 @@ pub struct EventBridgeScheduler {
     pub(crate) b: Arc<Backend>,
 }
 
+/// An alarm due within this margin counts as fired: it covers clock skew
+/// between this process and Scheduler (an early-looking invocation must not
+/// find its own alarm still "pending"). Cost: at most one extra Scheduler
+/// call for an alarm that really was about to fire.
+pub const FIRED_MARGIN_MS: i64 = 5_000;
+
 fn now_ms() -> i64 {
     let d = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
 impl EventBridgeScheduler {
-    async fn upsert(&self, path: &str, incarnation: &str, at_ms: i64) -> Result<(), StoreError> {
+    /// Create or replace the schedule; returns the time it was armed for
+    /// (`at_ms`, or soon when that has passed).
+    async fn upsert(&self, path: &str, incarnation: &str, at_ms: i64) -> Result<i64, StoreError> {
         let b = &self.b;
         let name = schedule_name(path, incarnation);
         // Scheduler refuses times in the past; an overdue alarm fires asap.
@@ -94,7 +108,7 @@ impl EventBridgeScheduler {
             .send()
             .await;
         match created {
-            Ok(_) => Ok(()),
+            Ok(_) => Ok(at_ms),
             Err(e) if e.as_service_error().is_some_and(|s| s.is_conflict_exception()) => {
                 b.scheduler
                     .update_schedule()
@@ -108,11 +122,19 @@ impl EventBridgeScheduler {
                     .send()
                     .await
                     .map_err(classify)?;
-                Ok(())
+                Ok(at_ms)
             }
             Err(e) => Err(classify(e).into()),
         }
     }
+}
+
+/// Whether the alarm this process armed (`armed_inc` at `armed_ms`) makes a
+/// request to arm `incarnation` at `at_ms` unnecessary: same incarnation, not
+/// later than requested (it will fire first and re-arm), and still pending at
+/// `now_ms` (see [`FIRED_MARGIN_MS`]).
+pub fn pending_alarm_covers(armed_inc: &str, armed_ms: i64, incarnation: &str, at_ms: i64, now_ms: i64) -> bool {
+    armed_inc == incarnation && armed_ms <= at_ms && armed_ms > now_ms.saturating_add(FIRED_MARGIN_MS)
 }
 
 #[async_trait]
@@ -121,13 +143,13 @@ impl ExpiryScheduler for EventBridgeScheduler {
     async fn schedule_at(&self, path: &str, incarnation: &str, at_ms: i64) -> Result<(), StoreError> {
         let ctx = self.b.registry.get(path);
         if let Some((inc, armed)) = ctx.armed_alarm() {
-            if inc == incarnation && armed <= at_ms {
-                debug!(armed, "an earlier alarm is armed; it re-arms lazily");
+            if pending_alarm_covers(&inc, armed, incarnation, at_ms, now_ms()) {
+                debug!(armed, "an earlier alarm is pending; it re-arms lazily");
                 return Ok(());
             }
         }
-        self.upsert(path, incarnation, at_ms).await?;
-        ctx.set_armed_alarm(Some((incarnation.to_owned(), at_ms)));
+        let armed = self.upsert(path, incarnation, at_ms).await?;
+        ctx.set_armed_alarm(Some((incarnation.to_owned(), armed)));
         Ok(())
     }
 
@@ -161,6 +183,19 @@ mod tests {
         assert_ne!(a, schedule_name("a/b", "i2"));
         assert_ne!(schedule_name("a", "bi"), schedule_name("ab", "i"));
         assert!(a.len() <= 64 && a.chars().all(|c| c.is_ascii_alphanumeric() || c == '-'));
+    }
+
+    #[test]
+    fn only_a_pending_alarm_of_the_same_incarnation_covers_a_later_deadline() {
+        let now = 1_000_000;
+        let soon = now + FIRED_MARGIN_MS + 1;
+        assert!(pending_alarm_covers("i1", soon, "i1", soon + 10_000, now), "pending, earlier: it re-arms");
+        assert!(pending_alarm_covers("i1", soon, "i1", soon, now));
+        assert!(!pending_alarm_covers("i1", soon, "i1", soon - 1, now), "an earlier deadline is armed anew");
+        assert!(!pending_alarm_covers("i2", soon, "i1", soon + 10_000, now), "another incarnation");
+        // The alarm that just fired (a warm alarm Lambda's cache) covers nothing.
+        assert!(!pending_alarm_covers("i1", now - 1, "i1", now + 60_000, now));
+        assert!(!pending_alarm_covers("i1", now + FIRED_MARGIN_MS, "i1", now + 60_000, now), "due within the margin");
     }
 
     #[test]

@@ -83,30 +83,33 @@ impl StreamService {
     /// next access or alarm, and it already reads as gone).
     /// Boxed: `mutate` calls back into it when a plan meets an expired stream.
     pub(crate) fn expire<'a>(&'a self, meta: &'a StreamMeta) -> BoxFuture<'a, ()> {
-        self.expire_inner(meta).boxed()
+        async move {
+            if let Err(e) = self.remove_expired(meta).await {
+                tracing::warn!(path = %meta.path, error = %e, "could not remove expired stream");
+            }
+        }
+        .boxed()
     }
 
-    async fn expire_inner(&self, meta: &StreamMeta) {
+    /// Delete `meta`'s incarnation if it is still there and expired.
+    async fn remove_expired(&self, meta: &StreamMeta) -> ServiceResult<()> {
         let stream = self.sub.registry.enter(&meta.path);
-        let path = stream.path();
         let incarnation = meta.incarnation.clone();
-        let result = self
-            .mutate(&stream, |_| async {
-                match self.sub.store.read_meta(&stream).await? {
-                    Some(m) if m.incarnation == incarnation && !m.soft_deleted && m.is_expired(self.now_ms()) => {
-                        self.plan_delete(m).await
-                    }
-                    _ => Ok(Plan::Done(())),
+        self.mutate(&stream, |_| async {
+            match self.sub.store.read_meta(&stream).await? {
+                Some(m) if m.incarnation == incarnation && !m.soft_deleted && m.is_expired(self.now_ms()) => {
+                    self.plan_delete(m).await
                 }
-            })
-            .await;
-        if let Err(e) = result {
-            tracing::warn!(path, error = %e, "could not remove expired stream");
-        }
+                _ => Ok(Plan::Done(())),
+            }
+        })
+        .await
     }
 
     /// An expiry alarm fired for `(path, incarnation)`: delete the stream if
-    /// it has expired, or re-arm for its (moved) deadline.
+    /// it has expired, or re-arm for its (moved) deadline. Unlike expiry on
+    /// access, a failure is returned: the alarm that fired is gone, so its
+    /// caller must fail for the alarm to be retried.
     pub async fn run_expiry(&self, path: &str, incarnation: &str) -> ServiceResult<()> {
         let stream = self.sub.registry.enter(path);
         let Some(meta) = self.sub.store.read_meta(&stream).await? else {
@@ -116,10 +119,9 @@ impl StreamService {
             return Ok(());
         }
         if meta.is_expired(self.now_ms()) {
-            self.expire(&meta).await;
+            self.remove_expired(&meta).await
         } else {
-            self.arm_expiry(&meta).await;
+            self.schedule_expiry(&meta).await
         }
-        Ok(())
     }
 }

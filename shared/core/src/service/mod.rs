@@ -344,13 +344,19 @@ impl StreamService {
         }
     }
 
-    /// Arm the expiry alarm for a stream that has a deadline.
+    /// Arm the expiry alarm for a stream that has a deadline (best effort:
+    /// expiry is enforced lazily on access; the alarm only bounds cleanup).
     pub(crate) async fn arm_expiry(&self, meta: &StreamMeta) {
-        if let Some(at) = meta.expiry_deadline_ms() {
-            if let Err(e) = self.sub.scheduler.schedule_at(&meta.path, &meta.incarnation, at).await {
-                // Expiry is enforced lazily on access; the alarm only bounds cleanup.
-                tracing::warn!(path = %meta.path, error = %e, "could not arm expiry alarm");
-            }
+        if let Err(e) = self.schedule_expiry(meta).await {
+            tracing::warn!(path = %meta.path, error = %e, "could not arm expiry alarm");
         }
+    }
+
+    /// Arm the expiry alarm for a stream that has a deadline.
+    pub(crate) async fn schedule_expiry(&self, meta: &StreamMeta) -> ServiceResult<()> {
+        if let Some(at) = meta.expiry_deadline_ms() {
+            self.sub.scheduler.schedule_at(&meta.path, &meta.incarnation, at).await?;
+        }
+        Ok(())
     }
 }

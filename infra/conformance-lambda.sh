@@ -1,0 +1,177 @@
+#!/usr/bin/env bash
+# The Lambda functions through a real Lambda runtime emulator: `cargo lambda
+# watch` (cargo-lambda from PyPI, pinned) provides the Lambda Runtime API and
+# the Function URL front end; behind them run the debug builds of lambda-http
+# (8 instances, so a waiting long-poll or SSE holds one instance as on Lambda)
+# and lambda-alarm (one warm instance for every alarm), with a private local
+# AWS emulator behind those.
+#   1. the alarm function with `cargo lambda invoke` and the real event: the
+#      Input of the schedule the HTTP function created (what EventBridge
+#      Scheduler would send; the emulator never fires schedules): an expired
+#      stream with an S3 object is deleted and its object purged, a sliding TTL
+#      is re-armed twice by the same warm instance, malformed input fails the
+#      invocation;
+#   2. the conformance suite through the HTTP function's Function URL path
+#      (http://127.0.0.1:PORT/lambda-url/lambda-http, streamed responses);
+#   3. the AWS calls each function made (counted at the emulator) against its
+#      IAM policy in template.yaml (deploy/check_template.py --observed).
+#
+# The instances are started here (`cargo lambda watch --only-lambda-apis`)
+# from the binaries `cargo build --workspace --all-targets` makes, the build
+# `make test` has already done: watch's own `cargo run` would build every
+# dependency once more with another feature set (minutes on 2 cores).
+#
+# Usage (from anywhere): bash infra/conformance-lambda.sh
+# Env: DS_LAMBDA_RUN_DIR (default target/conformance-lambda): logs and calls.json.
+# Last line: the suite's "N passed, N failed, N skipped"; exit 1 on any failure.
+set -euo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+ROOT="$(cd "$HERE/.." && pwd)"
+RUN="${DS_LAMBDA_RUN_DIR:-$ROOT/target/conformance-lambda}"
+rm -rf "$RUN" && mkdir -p "$RUN"
+cd "$ROOT"
+# shellcheck source=venv.sh
+. "$HERE/venv.sh"
+LAMBDA_BIN="$(ds_venv cargo-lambda "$HERE/cargo-lambda-constraints.txt" "cargo-lambda==1.9.2")"
+export PATH="$LAMBDA_BIN:$PATH"
+say() { echo "conformance-lambda: $*" >&2; }
+fail() { say "FAILED: $*"; exit 1; }
+
+PIDS=()
+cleanup() {
+  for pid in "${PIDS[@]+"${PIDS[@]}"}"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "${PIDS[@]+"${PIDS[@]}"}"; do wait "$pid" 2>/dev/null || true; done
+  bash "$HERE/aws-emulator/stop.sh" --dir "$RUN/emulator" >/dev/null 2>&1 || true
+}
+trap cleanup EXIT
+
+say "building the functions (debug; a no-op after make test's build)"
+cargo build --workspace --all-targets --locked 2>"$RUN/build.log" || cargo build --workspace --all-targets 2>>"$RUN/build.log" \
+  || { tail -n 30 "$RUN/build.log" >&2; fail "build"; }
+
+eval "$(bash "$HERE/aws-emulator/start.sh" --port 0 --dir "$RUN/emulator")"
+while IFS= read -r line; do export "${line?}"; done < <(bash "$HERE/aws-emulator/create-resources")
+VPY="$(bash "$HERE/aws-emulator/start.sh" --install-only | tail -n 1)"
+tool() { "$VPY" "$HERE/deploy/emulator_tool.py" "$@"; }
+CALLS="$RUN/calls.json"
+
+# The functions' environment, as template.yaml sets it (the ARNs name the
+# emulator's account; nothing here reaches AWS).
+export DS_AWS_ALARM_TARGET_ARN="arn:aws:lambda:us-east-1:000000000000:function:lambda-alarm"
+export DS_AWS_SCHEDULER_ROLE_ARN="arn:aws:iam::000000000000:role/durable-streams-scheduler"
+export DS_LONG_POLL_TIMEOUT=500ms RUST_LOG="${RUST_LOG:-warn}"
+
+PORT="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()')"
+URL="http://127.0.0.1:$PORT/lambda-url/lambda-http"
+say "cargo lambda watch --only-lambda-apis on 127.0.0.1:$PORT (log $RUN/watch.log)"
+cargo lambda watch --only-lambda-apis --invoke-address 127.0.0.1 --invoke-port "$PORT" >"$RUN/watch.log" 2>&1 &
+PIDS+=("$!")
+for _ in $(seq 1 100); do
+  grep -q "starting Runtime server" "$RUN/watch.log" 2>/dev/null && break
+  sleep 0.2
+done
+start_instances() { # FUNCTION COUNT: instances polling the runtime API for FUNCTION
+  local i
+  for i in $(seq 1 "$2"); do
+    AWS_LAMBDA_RUNTIME_API="http://127.0.0.1:$PORT/.rt/$1" AWS_LAMBDA_FUNCTION_NAME="$1" \
+    AWS_LAMBDA_FUNCTION_VERSION=1 AWS_LAMBDA_FUNCTION_MEMORY_SIZE=512 \
+    AWS_LAMBDA_LOG_GROUP_NAME="/aws/lambda/$1" AWS_LAMBDA_LOG_STREAM_NAME="instance-$i" \
+      "$ROOT/target/debug/$1" >>"$RUN/$1.log" 2>&1 &
+    PIDS+=("$!")
+  done
+}
+start_instances lambda-http 8
+start_instances lambda-alarm 1
+for _ in $(seq 1 100); do
+  curl -fsS "$URL/health" >/dev/null 2>&1 && break
+  sleep 0.2
+done
+curl -fsS "$URL/health" >/dev/null || { tail -n 30 "$RUN/watch.log" "$RUN/lambda-http.log" >&2; fail "the HTTP function did not answer"; }
+
+# ---- 1. the alarm function with real schedule inputs --------------------------
+# First, while the schedule group holds few schedules (looking one up lists them).
+tool calls-drop
+invoke_alarm() { # EVENT_FILE -> prints the function's answer; fails if the invocation failed
+  cargo lambda invoke lambda-alarm --invoke-address 127.0.0.1 --invoke-port "$PORT" --data-file "$1"
+}
+at_ms() { "$VPY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["at_ms"])' "$1"; }
+sleep_past() { # EPOCH_MS
+  "$VPY" -c 'import sys,time; time.sleep(max(0, int(sys.argv[1]) / 1000 + 0.2 - time.time()))' "$1"
+}
+status() { curl -s -m 30 -o /dev/null -w '%{http_code}' "$@"; }
+base="alarm-$(date +%s)-$$"
+
+# A: an expired stream whose body is an S3 object (over the 32 KiB inline threshold).
+head -c 40000 /dev/zero | tr '\0' 'x' >"$RUN/big.txt"
+[ "$(status -X PUT -H 'content-type: text/plain' -H 'stream-ttl: 1' --data-binary @"$RUN/big.txt" "$URL/v1/stream/$base/expire")" = 201 ] \
+  || fail "could not create the expiring stream"
+tool calls-add "$CALLS" HttpFunction
+
+tool alarm-event "$base/expire" >"$RUN/expire.json"
+tool objects >"$RUN/objects-before.txt"
+tool calls-drop
+sleep_past "$(at_ms "$RUN/expire.json")"
+invoke_alarm "$RUN/expire.json" >"$RUN/alarm-expire.out" 2>&1 || { cat "$RUN/alarm-expire.out" >&2; fail "alarm A"; }
+tool calls-add "$CALLS" AlarmFunction
+[ "$(status "$URL/v1/stream/$base/expire")" = 404 ] || fail "the alarm did not delete the expired stream"
+tool objects >"$RUN/objects-after.txt"
+purged="$(comm -23 <(sort "$RUN/objects-before.txt") <(sort "$RUN/objects-after.txt") | wc -l)"
+[ "$purged" -ge 1 ] || fail "the expired stream's S3 object was not purged"
+say "alarm: expired stream deleted, $purged S3 object(s) purged"
+tool calls-drop
+
+# B: a sliding TTL that activity keeps moving (long enough for this script's
+# own steps between two alarms).
+[ "$(status -X PUT -H 'content-type: text/plain' -H 'stream-ttl: 10' --data 'x' "$URL/v1/stream/$base/slide")" = 201 ] \
+  || fail "could not create the sliding stream"
+tool calls-add "$CALLS" HttpFunction
+tool alarm-event "$base/slide" >"$RUN/slide-1.json"
+tool calls-drop
+for round in 1 2; do
+  at="$(at_ms "$RUN/slide-$round.json")"
+  sleep_past "$((at - 2000))"
+  code="$(status "$URL/v1/stream/$base/slide?offset=-1")"
+  [ "$code" = 200 ] || fail "round $round: read of the sliding stream answered $code"
+  tool calls-add "$CALLS" HttpFunction
+  sleep_past "$at"
+  invoke_alarm "$RUN/slide-$round.json" >"$RUN/alarm-slide-$round.out" 2>&1 \
+    || { cat "$RUN/alarm-slide-$round.out" >&2; fail "alarm B round $round"; }
+  tool calls-add "$CALLS" AlarmFunction
+  code="$(status -I "$URL/v1/stream/$base/slide")"
+  [ "$code" = 200 ] || fail "round $round: HEAD of the sliding stream answered $code"
+  tool calls-add "$CALLS" HttpFunction
+  tool alarm-event "$base/slide" >"$RUN/slide-$((round + 1)).json"
+  tool calls-drop
+  next="$(at_ms "$RUN/slide-$((round + 1)).json")"
+  [ "$next" -gt "$at" ] || fail "round $round: the alarm was not re-armed ($at -> $next)"
+  say "alarm: round $round re-armed the sliding TTL ($at -> $next)"
+done
+
+echo '{"nope": 1}' >"$RUN/malformed.json"
+if invoke_alarm "$RUN/malformed.json" >"$RUN/alarm-malformed.out" 2>&1; then
+  cat "$RUN/alarm-malformed.out" >&2; fail "malformed input did not fail the invocation"
+fi
+grep -q "not an alarm input" "$RUN/alarm-malformed.out" || { cat "$RUN/alarm-malformed.out" >&2; fail "malformed input: no reason given"; }
+say "alarm: malformed input fails the invocation (so Scheduler retries, then dead-letters)"
+tool calls-drop
+
+# ---- 2. conformance through the Function URL ---------------------------------
+say "conformance suite against $URL"
+set +e
+SUITE="$(DS_CONFORMANCE_LIST_SKIPPED=1 bash "$ROOT/tests/conformance/run.sh" --long-poll-timeout-ms 500 "$URL" \
+  2>"$RUN/conformance.err")"
+SUITE_RC=$?
+set -e
+grep -v '^SKIPPED: ' "$RUN/conformance.err" >&2 || true
+grep '^SKIPPED: ' "$RUN/conformance.err" | sed 's/^/conformance-lambda: /' >&2 || true
+tool calls-add "$CALLS" HttpFunction
+
+# ---- 3. the calls each function made against its IAM policy -------------------
+say "AWS calls seen: $(tr -d ' \n' <"$CALLS")"
+SAM_BIN="$(ds_venv sam-cli "$HERE/sam-cli-constraints.txt" "aws-sam-cli==1.170.0")"
+"$SAM_BIN/python" "$HERE/deploy/check_template.py" --root "$ROOT" --observed "$CALLS" >"$RUN/iam-check.log" 2>&1 \
+  || { grep -v '^ok: ' "$RUN/iam-check.log" >&2; fail "the functions' IAM policies do not cover what they did"; }
+grep '(observed)' "$RUN/iam-check.log" | sed 's/^/conformance-lambda: /' >&2 || true
+
+echo "$SUITE" | tail -n 1
+[ "$SUITE_RC" = 0 ] || exit 1
