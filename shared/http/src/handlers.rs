@@ -82,8 +82,7 @@ async fn put(app: AppState, path: String, req: Request) -> ApiResult {
                 if sub_offset > 0 && offset.is_none() {
                     return Err(ApiError::bad_request("Stream-Fork-Sub-Offset needs Stream-Fork-Offset"));
                 }
-                let source = source.trim_start_matches('/');
-                let source = source.strip_prefix("v1/stream/").unwrap_or(source).to_owned();
+                let source = crate::classify::fork_source(source);
                 Some(ForkRequest { source, offset, sub_offset })
             }
         };
