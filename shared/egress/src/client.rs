@@ -1,12 +1,19 @@
-//! The guarded HTTPS client.
+//! The guarded HTTPS client (hyper-util's client with a rustls connector).
 
 use std::error::Error as StdError;
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
-use reqwest::dns::{Addrs, Name, Resolve, Resolving};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty, Limited};
+use hyper_util::client::legacy::connect::dns::Name;
+use hyper_util::client::legacy::connect::{HttpConnector, HttpInfo};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::CertificateDer;
 use url::{Host, Url};
@@ -53,26 +60,28 @@ pub enum EgressError {
     TooLarge(usize),
 }
 
+type Connector = hyper_rustls::HttpsConnector<HttpConnector<GuardedResolver>>;
+
 /// An HTTPS client that only connects to allowed addresses.
 #[derive(Clone)]
 pub struct EgressClient {
-    http: reqwest::Client,
+    http: Client<Connector, Empty<Bytes>>,
     cfg: Arc<EgressConfig>,
 }
 
 impl EgressClient {
     pub fn new(cfg: EgressConfig) -> Result<Self, EgressError> {
         let tls = tls_config(cfg.extra_roots_pem.as_deref())?;
-        let http = reqwest::Client::builder()
-            .use_preconfigured_tls(tls)
-            .https_only(true)
-            .no_proxy()
-            .redirect(reqwest::redirect::Policy::none())
-            .dns_resolver(Arc::new(GuardedResolver { allow_loopback: cfg.allow_loopback }))
-            .timeout(cfg.timeout)
-            .connect_timeout(cfg.timeout)
-            .build()
-            .map_err(|e| EgressError::Tls(e.to_string()))?;
+        let mut tcp = HttpConnector::new_with_resolver(GuardedResolver { allow_loopback: cfg.allow_loopback });
+        tcp.enforce_http(false);
+        tcp.set_connect_timeout(Some(cfg.timeout));
+        let https = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(tls)
+            .https_only()
+            .enable_http1()
+            .wrap_connector(tcp);
+        // No proxy and no redirects: the legacy client does neither.
+        let http = Client::builder(TokioExecutor::new()).build(https);
         Ok(Self { http, cfg: Arc::new(cfg) })
     }
 
@@ -84,23 +93,33 @@ impl EgressClient {
 
     /// `GET url` with an `Accept` header; the body of a 2xx answer.
     pub async fn get(&self, url: &str, accept: &str) -> Result<Bytes, EgressError> {
+        tokio::time::timeout(self.cfg.timeout, self.get_inner(url, accept))
+            .await
+            .map_err(|_| EgressError::Request(format!("no answer within {:?}", self.cfg.timeout)))?
+    }
+
+    async fn get_inner(&self, url: &str, accept: &str) -> Result<Bytes, EgressError> {
         let url = self.check_url(url)?;
-        let resp = self.http.get(url).header("accept", accept).send().await.map_err(request_error)?;
-        let peer = resp.remote_addr().ok_or_else(|| EgressError::Request("no peer address".into()))?;
+        let req = http::Request::get(url.as_str())
+            .header(http::header::ACCEPT, accept)
+            .body(Empty::new())
+            .map_err(|e| EgressError::BadUrl(e.to_string()))?;
+        let resp = self.http.request(req).await.map_err(request_error)?;
+        let peer = resp.extensions().get::<HttpInfo>().map(HttpInfo::remote_addr);
+        let peer = peer.ok_or_else(|| EgressError::Request("no peer address".into()))?;
         check_ip(peer.ip(), self.cfg.allow_loopback)
             .map_err(|reason| EgressError::ForbiddenPeer { addr: peer, reason })?;
         if !resp.status().is_success() {
             return Err(EgressError::Status(resp.status().as_u16()));
         }
-        let mut resp = resp;
-        let mut body = BytesMut::new();
-        while let Some(chunk) = resp.chunk().await.map_err(request_error)? {
-            if body.len() + chunk.len() > self.cfg.max_body_bytes {
-                return Err(EgressError::TooLarge(self.cfg.max_body_bytes));
+        let body = Limited::new(resp.into_body(), self.cfg.max_body_bytes).collect().await;
+        body.map(|b| b.to_bytes()).map_err(|e| {
+            if e.is::<http_body_util::LengthLimitError>() {
+                EgressError::TooLarge(self.cfg.max_body_bytes)
+            } else {
+                EgressError::Request(e.to_string())
             }
-            body.extend_from_slice(&chunk);
-        }
-        Ok(body.freeze())
+        })
     }
 }
 
@@ -124,7 +143,7 @@ pub fn check_url(url: &str, allow_loopback: bool) -> Result<Url, EgressError> {
 }
 
 /// A request error, with a refused resolution reported as such.
-fn request_error(e: reqwest::Error) -> EgressError {
+fn request_error(e: hyper_util::client::legacy::Error) -> EgressError {
     let mut source: Option<&(dyn StdError + 'static)> = Some(&e);
     while let Some(s) = source {
         if let Some(refused) = s.downcast_ref::<Refused>() {
@@ -132,7 +151,13 @@ fn request_error(e: reqwest::Error) -> EgressError {
         }
         source = s.source();
     }
-    EgressError::Request(format!("{e:#}"))
+    let mut chain = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        chain.push_str(&format!(": {s}"));
+        source = s.source();
+    }
+    EgressError::Request(chain)
 }
 
 /// Rustls with the system's roots (plus any extra ones) and the same crypto
@@ -170,12 +195,23 @@ struct Refused {
 
 /// Resolves with the system resolver and refuses a name if ANY of its
 /// addresses is forbidden; only checked addresses reach the connector.
+#[derive(Clone)]
 struct GuardedResolver {
     allow_loopback: bool,
 }
 
-impl Resolve for GuardedResolver {
-    fn resolve(&self, name: Name) -> Resolving {
+type Resolving = Pin<Box<dyn Future<Output = Result<std::vec::IntoIter<SocketAddr>, Box<dyn StdError + Send + Sync>>> + Send>>;
+
+impl tower_service::Service<Name> for GuardedResolver {
+    type Response = std::vec::IntoIter<SocketAddr>;
+    type Error = Box<dyn StdError + Send + Sync>;
+    type Future = Resolving;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, name: Name) -> Self::Future {
         let allow_loopback = self.allow_loopback;
         Box::pin(async move {
             let host = name.as_str().to_owned();
@@ -185,7 +221,7 @@ impl Resolve for GuardedResolver {
                     return Err(Box::new(Refused { host, reason }) as Box<dyn StdError + Send + Sync>);
                 }
             }
-            Ok(Box::new(addrs.into_iter()) as Addrs)
+            Ok(addrs.into_iter())
         })
     }
 }

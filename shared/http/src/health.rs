@@ -1,8 +1,8 @@
 //! `/health`: which store serves, and whether it takes writes.
 //!
-//! The probe submits an empty commit (for the local store that is one
-//! durable transaction through its writer thread: the writer is alive and
-//! the disk takes an fsync) and reads a reserved key (the store answers).
+//! The probe submits an empty commit (for the local store that is a write
+//! transaction begun by its writer thread: the writer is alive and the
+//! database takes writes) and reads a reserved key (the store answers).
 //! The AWS store sends nothing for an empty commit, so there `writable`
 //! means the table answers; write permission is not probed, to keep health
 //! checks free of writes. Results are reused for [`PROBE_EVERY`] so a busy

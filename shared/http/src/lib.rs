@@ -41,6 +41,8 @@ impl Default for HttpConfig {
 pub(crate) struct AppState {
     pub service: StreamService,
     pub cfg: Arc<HttpConfig>,
+    /// `http` or `https`: the scheme of `Location` URLs.
+    pub scheme: &'static str,
 }
 
 /// How the router is operated: access control, CORS, metrics, and the
@@ -54,6 +56,9 @@ pub struct Operations {
     pub metrics: Option<Arc<dyn Metrics>>,
     /// `memory`, `local`, `aws`: shown by `/health`.
     pub store_name: &'static str,
+    /// Clients reach this router over TLS (directly or through a proxy that
+    /// terminates it): `Location` URLs say `https`.
+    pub https: bool,
 }
 
 /// The protocol router, open to everyone. Streams live under `/v1/stream/`;
@@ -68,7 +73,7 @@ pub fn router(service: StreamService, cfg: HttpConfig) -> Router {
 /// a `401`), access control, the routes.
 pub fn router_with(service: StreamService, cfg: HttpConfig, ops: Operations) -> Router {
     let health = Arc::new(health::Health::new(ops.store_name, service.substrate().store.clone()));
-    let state = AppState { service, cfg: Arc::new(cfg) };
+    let state = AppState { service, cfg: Arc::new(cfg), scheme: if ops.https { "https" } else { "http" } };
     let mut router = Router::new()
         .route("/v1/stream/{*path}", any(handlers::stream))
         .route("/v1/stream", any(handlers::not_a_stream))
