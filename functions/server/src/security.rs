@@ -57,9 +57,7 @@ pub struct SecurityArgs {
 }
 
 fn read(path: &Option<PathBuf>, what: &str) -> anyhow::Result<Option<Vec<u8>>> {
-    path.as_ref()
-        .map(|p| std::fs::read(p).with_context(|| format!("reading the {what} {}", p.display())))
-        .transpose()
+    path.as_ref().map(|p| std::fs::read(p).with_context(|| format!("reading the {what} {}", p.display()))).transpose()
 }
 
 impl SecurityArgs {
@@ -69,8 +67,7 @@ impl SecurityArgs {
         let tokens_json = read(&self.auth_tokens_file, "token file")?
             .map(|b| String::from_utf8(b).context("the token file is not UTF-8"))
             .transpose()?;
-        let secret = read(&self.jwt_hs256_secret_file, "HS256 secret file")?
-            .map(|s| s.trim_ascii_end().to_vec());
+        let secret = read(&self.jwt_hs256_secret_file, "HS256 secret file")?.map(|s| s.trim_ascii_end().to_vec());
         let settings = AuthSettings {
             tokens_json,
             jwt_hs256_secret: secret,

@@ -11,8 +11,8 @@
 pub mod jwks;
 pub mod jwt;
 pub mod mint;
-mod settings;
 pub mod scope;
+mod settings;
 pub mod tokens;
 
 use std::sync::Arc;

@@ -132,7 +132,13 @@ async fn counting_listener() -> (SocketAddr, Arc<AtomicUsize>) {
 async fn internal_jwks_urls_are_refused_before_connecting() {
     let pki = ds_testpki::generate().unwrap();
     // Address literals are refused when the settings are built.
-    for url in ["https://127.0.0.1:9/jwks.json", "https://10.0.0.1/jwks.json", "https://169.254.169.254/jwks", "https://[fd00::1]/k", "http://idp.example.com/jwks"] {
+    for url in [
+        "https://127.0.0.1:9/jwks.json",
+        "https://10.0.0.1/jwks.json",
+        "https://169.254.169.254/jwks",
+        "https://[fd00::1]/k",
+        "http://idp.example.com/jwks",
+    ] {
         let err = settings(url.into(), &pki.ca_pem, false).build().err().unwrap();
         assert!(err.starts_with("JWKS URL: "), "{url}: {err}");
     }

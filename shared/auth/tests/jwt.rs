@@ -54,7 +54,10 @@ async fn hs256_tokens_are_checked_for_signature_issuer_audience_and_expiry() {
     assert_eq!(check(&auth, &with("exp", json!(now - 60))).await, Err(AuthError::Expired));
     // Inside the clock-skew allowance an expired token still passes.
     assert!(check(&auth, &with("exp", json!(now - 2))).await.is_ok());
-    assert_eq!(check(&auth, &with("iss", json!("https://evil.test"))).await, Err(AuthError::Invalid("wrong issuer".into())));
+    assert_eq!(
+        check(&auth, &with("iss", json!("https://evil.test"))).await,
+        Err(AuthError::Invalid("wrong issuer".into()))
+    );
     assert_eq!(check(&auth, &with("aud", json!("other"))).await, Err(AuthError::Invalid("wrong audience".into())));
     assert!(matches!(check(&auth, &with("nbf", json!(now + 600))).await, Err(AuthError::Invalid(_))));
     let mut no_exp = good.clone();
@@ -89,9 +92,11 @@ async fn header_shapes() {
 
 #[tokio::test]
 async fn public_key_algorithms_and_alg_confusion() {
-    for (kind, alg) in
-        [(JwtKeyAlg::Es256, Algorithm::ES256), (JwtKeyAlg::EdDsa, Algorithm::EdDSA), (JwtKeyAlg::Rs256, Algorithm::RS256)]
-    {
+    for (kind, alg) in [
+        (JwtKeyAlg::Es256, Algorithm::ES256),
+        (JwtKeyAlg::EdDsa, Algorithm::EdDSA),
+        (JwtKeyAlg::Rs256, Algorithm::RS256),
+    ] {
         let (private, public) = jwt_key_pair(kind).unwrap();
         let auth = AuthSettings { jwt_public_key_pem: Some(public.clone().into_bytes()), ..settings() }
             .build()
@@ -126,10 +131,11 @@ async fn static_tokens_and_jwts_side_by_side() {
     let token = ds_auth::tokens::generate();
     let file = json!({"tokens": [{"name": "ci", "sha256": ds_auth::tokens::digest_hex(&token),
         "streams": [{"prefix": "", "ops": ["read"]}]}]});
-    let auth = AuthSettings { tokens_json: Some(file.to_string()), jwt_hs256_secret: Some(SECRET.to_vec()), ..settings() }
-        .build()
-        .unwrap()
-        .unwrap();
+    let auth =
+        AuthSettings { tokens_json: Some(file.to_string()), jwt_hs256_secret: Some(SECRET.to_vec()), ..settings() }
+            .build()
+            .unwrap()
+            .unwrap();
     let p = auth.authenticate(Some(&format!("Bearer {token}"))).await.unwrap();
     assert_eq!(p.subject, "ci");
     assert!(p.grants.allows("x", Op::Read) && !p.grants.allows("x", Op::Write));
@@ -137,6 +143,7 @@ async fn static_tokens_and_jwts_side_by_side() {
     let jwt = mint::hs256(SECRET, &mint::claims(ISS, AUD, "bob", &grants(), 60)).unwrap();
     assert_eq!(auth.authenticate(Some(&format!("Bearer {jwt}"))).await.unwrap().subject, "bob");
     // Static tokens only: a JWT is refused.
-    let only_static = AuthSettings { tokens_json: Some(file.to_string()), ..AuthSettings::default() }.build().unwrap().unwrap();
+    let only_static =
+        AuthSettings { tokens_json: Some(file.to_string()), ..AuthSettings::default() }.build().unwrap().unwrap();
     assert!(matches!(check(&only_static, &jwt).await, Err(AuthError::Invalid(_))));
 }

@@ -91,14 +91,14 @@ fn check_v6(ip: Ipv6Addr, allow_loopback: bool) -> Result<(), Forbidden> {
         return Err(Forbidden::LinkLocal);
     }
     let special = [
-        (96, 0),                   // unspecified and IPv4-compatible (deprecated)
-        (8, 0xff00 << 112),        // multicast
-        (32, 0x2001_0db8 << 96),   // documentation
-        (20, 0x3fff << 112),       // documentation (RFC 9637)
-        (32, 0x2001_0000 << 96),   // Teredo
-        (28, 0x2001_0010 << 96),   // ORCHID
-        (28, 0x2001_0020 << 96),   // ORCHIDv2
-        (64, 0x0100 << 112),       // discard-only
+        (96, 0),                      // unspecified and IPv4-compatible (deprecated)
+        (8, 0xff00 << 112),           // multicast
+        (32, 0x2001_0db8 << 96),      // documentation
+        (20, 0x3fff << 112),          // documentation (RFC 9637)
+        (32, 0x2001_0000 << 96),      // Teredo
+        (28, 0x2001_0010 << 96),      // ORCHID
+        (28, 0x2001_0020 << 96),      // ORCHIDv2
+        (64, 0x0100 << 112),          // discard-only
         (48, 0x0064_ff9b_0001 << 80), // local-use NAT64
     ];
     if special.iter().any(|&(bits, value)| prefix(bits, value)) {
@@ -151,7 +151,7 @@ mod tests {
             ("2001:db8::1", Forbidden::Special),
             ("2001::1", Forbidden::Special),
             ("64:ff9b::a9fe:a9fe", Forbidden::LinkLocal), // NAT64 of 169.254.169.254
-            ("2002:0a00:0001::1", Forbidden::Private),     // 6to4 of 10.0.0.1
+            ("2002:0a00:0001::1", Forbidden::Private),    // 6to4 of 10.0.0.1
         ];
         for (ip, why) in cases {
             assert_eq!(check(ip, false), Err(why), "{ip}");

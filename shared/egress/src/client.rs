@@ -136,8 +136,7 @@ pub fn check_url(url: &str, allow_loopback: bool) -> Result<Url, EgressError> {
         Some(Host::Ipv6(v6)) => Some(v6.into()),
     };
     if let Some(ip) = literal {
-        check_ip(ip, allow_loopback)
-            .map_err(|reason| EgressError::Forbidden { host: ip.to_string(), reason })?;
+        check_ip(ip, allow_loopback).map_err(|reason| EgressError::Forbidden { host: ip.to_string(), reason })?;
     }
     Ok(parsed)
 }
@@ -200,7 +199,8 @@ struct GuardedResolver {
     allow_loopback: bool,
 }
 
-type Resolving = Pin<Box<dyn Future<Output = Result<std::vec::IntoIter<SocketAddr>, Box<dyn StdError + Send + Sync>>> + Send>>;
+type Resolving =
+    Pin<Box<dyn Future<Output = Result<std::vec::IntoIter<SocketAddr>, Box<dyn StdError + Send + Sync>>> + Send>>;
 
 impl tower_service::Service<Name> for GuardedResolver {
     type Response = std::vec::IntoIter<SocketAddr>;

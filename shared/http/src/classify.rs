@@ -42,7 +42,11 @@ pub(crate) fn classify(method: &Method, uri: &Uri, headers: &HeaderMap) -> Class
     match uri.path() {
         "/health" => return public("health"),
         "/metrics" => {
-            return Class { route: "metrics", access: Access::Grants(vec![(METRICS_PATH.into(), Op::Read)]), live: None }
+            return Class {
+                route: "metrics",
+                access: Access::Grants(vec![(METRICS_PATH.into(), Op::Read)]),
+                live: None,
+            }
         }
         p if p.starts_with("/v1/stream/") => {}
         _ => return public("other"),
@@ -156,8 +160,14 @@ mod tests {
     #[test]
     fn control_paths() {
         let g = |m, u| grants(&class(m, u, None));
-        assert_eq!(g(Method::PUT, "/v1/stream/__ds/subscriptions/s1"), vec![("__ds/subscriptions/s1".into(), Op::Admin)]);
-        assert_eq!(g(Method::GET, "/v1/stream/__ds/subscriptions/s1"), vec![("__ds/subscriptions/s1".into(), Op::Read)]);
+        assert_eq!(
+            g(Method::PUT, "/v1/stream/__ds/subscriptions/s1"),
+            vec![("__ds/subscriptions/s1".into(), Op::Admin)]
+        );
+        assert_eq!(
+            g(Method::GET, "/v1/stream/__ds/subscriptions/s1"),
+            vec![("__ds/subscriptions/s1".into(), Op::Read)]
+        );
         assert_eq!(
             g(Method::POST, "/v1/stream/__ds/subscriptions/s1/claim"),
             vec![("__ds/subscriptions/s1".into(), Op::Write)]

@@ -22,9 +22,12 @@ impl Cors {
         for o in list.split(',').map(str::trim).filter(|o| !o.is_empty()) {
             let ok = (o.starts_with("https://") || o.starts_with("http://")) && !o.ends_with('/') && o != "*";
             if !ok {
-                return Err(format!("CORS origin {o:?} must look like https://app.example.com (scheme and host, no path)"));
+                return Err(format!(
+                    "CORS origin {o:?} must look like https://app.example.com (scheme and host, no path)"
+                ));
             }
-            origins.push(HeaderValue::from_str(o).map_err(|_| format!("CORS origin {o:?} is not a valid header value"))?);
+            origins
+                .push(HeaderValue::from_str(o).map_err(|_| format!("CORS origin {o:?} is not a valid header value"))?);
         }
         Ok(Self::Origins(origins))
     }

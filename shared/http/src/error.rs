@@ -111,7 +111,9 @@ impl From<ds_auth::AuthError> for ApiError {
         use ds_auth::AuthError as A;
         let msg = e.to_string();
         match e {
-            A::KeysUnavailable => Self::new(StatusCode::SERVICE_UNAVAILABLE, "UNAVAILABLE", msg).header("retry-after", 5),
+            A::KeysUnavailable => {
+                Self::new(StatusCode::SERVICE_UNAVAILABLE, "UNAVAILABLE", msg).header("retry-after", 5)
+            }
             A::Missing | A::NotBearer => Self::new(StatusCode::UNAUTHORIZED, "UNAUTHORIZED", msg)
                 .header("www-authenticate", "Bearer realm=\"durable-streams\""),
             A::Expired | A::Invalid(_) => Self::new(StatusCode::UNAUTHORIZED, "UNAUTHORIZED", msg)

@@ -97,7 +97,9 @@ pub fn router_with(service: StreamService, cfg: HttpConfig, ops: Operations) -> 
 async fn render_metrics(axum::extract::State(m): axum::extract::State<Arc<dyn Metrics>>) -> axum::response::Response {
     use axum::response::IntoResponse;
     match m.render() {
-        Some(text) => ([(http::header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response(),
+        Some(text) => {
+            ([(http::header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response()
+        }
         None => handlers::not_found().await,
     }
 }

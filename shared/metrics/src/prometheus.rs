@@ -8,8 +8,9 @@ use ds_http::{Exchange, Metrics};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 /// Seconds: 100 µs to 60 s (SSE and long-poll heads wait for data).
-const LATENCY_BUCKETS: &[f64] =
-    &[0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0];
+const LATENCY_BUCKETS: &[f64] = &[
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+];
 /// Commits per durable transaction: powers of two up to the writer's cap.
 const BATCH_BUCKETS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0];
 
@@ -76,7 +77,8 @@ fn status_label(status: u16) -> metrics::SharedString {
 
 impl Metrics for PrometheusMetrics {
     fn exchange(&self, e: &Exchange) {
-        metrics::counter!("ds_http_requests_total", "route" => e.route, "status" => status_label(e.status)).increment(1);
+        metrics::counter!("ds_http_requests_total", "route" => e.route, "status" => status_label(e.status))
+            .increment(1);
         metrics::histogram!("ds_http_request_duration_seconds", "route" => e.route).record(e.latency.as_secs_f64());
         if e.bytes_in > 0 {
             metrics::counter!("ds_http_request_bytes_total", "route" => e.route).increment(e.bytes_in);
@@ -112,7 +114,9 @@ mod tests {
     fn value(scrape: &prometheus_parse::Scrape, name: &str, label: (&str, &str)) -> Option<f64> {
         scrape.samples.iter().find(|s| s.metric == name && s.labels.get(label.0) == Some(label.1)).map(|s| {
             match s.value {
-                prometheus_parse::Value::Counter(v) | prometheus_parse::Value::Gauge(v) | prometheus_parse::Value::Untyped(v) => v,
+                prometheus_parse::Value::Counter(v)
+                | prometheus_parse::Value::Gauge(v)
+                | prometheus_parse::Value::Untyped(v) => v,
                 _ => f64::NAN,
             }
         })

@@ -159,15 +159,50 @@ fn routes(tag: &str, case: TokenCase, metrics_status: u16) -> Vec<Route> {
         Some((Req::new("HEAD", stream(&s)), 404)),
     );
     let s = p("append");
-    route("POST append", vec![create(&s)], Req::new("POST", stream(&s)).header("content-type", "text/plain").body(b"x"), vec![(s.clone(), Op::Write)], &[204], None);
+    route(
+        "POST append",
+        vec![create(&s)],
+        Req::new("POST", stream(&s)).header("content-type", "text/plain").body(b"x"),
+        vec![(s.clone(), Op::Write)],
+        &[204],
+        None,
+    );
     let s = p("close");
-    route("POST close", vec![create(&s)], Req::new("POST", stream(&s)).header("stream-closed", "true"), vec![(s.clone(), Op::Write)], &[204], None);
+    route(
+        "POST close",
+        vec![create(&s)],
+        Req::new("POST", stream(&s)).header("stream-closed", "true"),
+        vec![(s.clone(), Op::Write)],
+        &[204],
+        None,
+    );
     let s = p("read");
-    route("GET catch-up", vec![create(&s)], Req::new("GET", format!("{}?offset=-1", stream(&s))), vec![(s.clone(), Op::Read)], &[200], None);
+    route(
+        "GET catch-up",
+        vec![create(&s)],
+        Req::new("GET", format!("{}?offset=-1", stream(&s))),
+        vec![(s.clone(), Op::Read)],
+        &[200],
+        None,
+    );
     let s = p("long-poll");
-    route("GET long-poll", vec![create(&s)], Req::new("GET", format!("{}?offset=-1&live=long-poll", stream(&s))), vec![(s.clone(), Op::Read)], &[200], None);
+    route(
+        "GET long-poll",
+        vec![create(&s)],
+        Req::new("GET", format!("{}?offset=-1&live=long-poll", stream(&s))),
+        vec![(s.clone(), Op::Read)],
+        &[200],
+        None,
+    );
     let s = p("sse");
-    route("GET sse", vec![create(&s)], Req::new("GET", format!("{}?offset=-1&live=sse", stream(&s))), vec![(s.clone(), Op::Read)], &[200], None);
+    route(
+        "GET sse",
+        vec![create(&s)],
+        Req::new("GET", format!("{}?offset=-1&live=sse", stream(&s))),
+        vec![(s.clone(), Op::Read)],
+        &[200],
+        None,
+    );
     let s = p("head");
     route("HEAD", vec![create(&s)], Req::new("HEAD", stream(&s)), vec![(s.clone(), Op::Read)], &[200], None);
     let s = p("delete");
@@ -189,10 +224,31 @@ fn routes(tag: &str, case: TokenCase, metrics_status: u16) -> Vec<Route> {
         Some((Req::new("HEAD", stream(&s)), 404)),
     );
     let id = format!("__ds/subscriptions/{sub}");
-    route("PUT subscription", vec![], Req::new("PUT", stream(&id)).header("content-type", "application/json").body(b"{}"), vec![(id.clone(), Op::Admin)], &[501], None);
+    route(
+        "PUT subscription",
+        vec![],
+        Req::new("PUT", stream(&id)).header("content-type", "application/json").body(b"{}"),
+        vec![(id.clone(), Op::Admin)],
+        &[501],
+        None,
+    );
     route("GET subscription", vec![], Req::new("GET", stream(&id)), vec![(id.clone(), Op::Read)], &[501], None);
-    route("POST claim", vec![], Req::new("POST", format!("{}/claim", stream(&id))).body(b"{}"), vec![(id.clone(), Op::Write)], &[501], None);
-    route("GET /metrics", vec![], Req::new("GET", "/metrics".into()), vec![(ds_http::METRICS_PATH.into(), Op::Read)], &[metrics_status], None);
+    route(
+        "POST claim",
+        vec![],
+        Req::new("POST", format!("{}/claim", stream(&id))).body(b"{}"),
+        vec![(id.clone(), Op::Write)],
+        &[501],
+        None,
+    );
+    route(
+        "GET /metrics",
+        vec![],
+        Req::new("GET", "/metrics".into()),
+        vec![(ds_http::METRICS_PATH.into(), Op::Read)],
+        &[metrics_status],
+        None,
+    );
     out
 }
 
@@ -231,7 +287,9 @@ fn check_error_body(what: &str, resp: &Resp, checks: &mut Checks) {
     if resp.content_type.as_deref() != Some("application/json") {
         checks.fail(format!("{what}: error content-type {:?}", resp.content_type));
     }
-    let code = serde_json::from_slice::<serde_json::Value>(&resp.body).ok().and_then(|v| v["error"]["code"].as_str().map(str::to_owned));
+    let code = serde_json::from_slice::<serde_json::Value>(&resp.body)
+        .ok()
+        .and_then(|v| v["error"]["code"].as_str().map(str::to_owned));
     let want = if resp.status == 401 { "UNAUTHORIZED" } else { "FORBIDDEN" };
     if code.as_deref() != Some(want) {
         checks.fail(format!("{what}: error body {:?}", String::from_utf8_lossy(&resp.body)));

@@ -97,11 +97,8 @@ impl TlsClient {
             .with_root_certificates(roots)
             .with_no_client_auth();
         tls.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
-        let https = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config(tls)
-            .https_only()
-            .enable_all_versions()
-            .build();
+        let https =
+            hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(tls).https_only().enable_all_versions().build();
         let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new()).build(https);
         Ok(Self { client })
     }

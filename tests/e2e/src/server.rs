@@ -199,12 +199,9 @@ impl Server {
             }
             let ok = match &self.tls {
                 Some(tls) => tls.send("GET", &url, &[], Vec::new()).await.is_ok_and(|r| r.status == 200),
-                None => client
-                    .get(&url)
-                    .timeout(Duration::from_secs(2))
-                    .send()
-                    .await
-                    .is_ok_and(|r| r.status().is_success()),
+                None => {
+                    client.get(&url).timeout(Duration::from_secs(2)).send().await.is_ok_and(|r| r.status().is_success())
+                }
             };
             if ok {
                 return Ok(());

@@ -34,7 +34,8 @@ async fn secured(extra: &[&str]) -> Secured {
         access::AUDIENCE.into(),
     ];
     args.extend(extra.iter().map(|s| s.to_string()));
-    let server = Server::start(ServerOpts { store: Store::Memory, extra_args: args, ..ServerOpts::default() }).await.unwrap();
+    let server =
+        Server::start(ServerOpts { store: Store::Memory, extra_args: args, ..ServerOpts::default() }).await.unwrap();
     Secured { server, secret, root, _dir: dir }
 }
 
@@ -68,13 +69,31 @@ async fn every_route_and_token_case_on_the_local_server() {
 
     // A fork needs read on its source as well as admin where it is made.
     let admin_only = access::token(&s.secret, access::TokenCase::InScope, &[("fork-b".into(), ds_auth::Op::Admin)]);
-    let r = send(Req { method: "PUT", target: "/v1/stream/fork-a".into(), headers: vec![("content-type".into(), "text/plain".into())], body: vec![] }.bearer(Some(&s.root))).await;
+    let r = send(
+        Req {
+            method: "PUT",
+            target: "/v1/stream/fork-a".into(),
+            headers: vec![("content-type".into(), "text/plain".into())],
+            body: vec![],
+        }
+        .bearer(Some(&s.root)),
+    )
+    .await;
     checks.status("create fork source", r.status, &r.body, &[201]);
-    let fork = Req { method: "PUT", target: "/v1/stream/fork-b".into(), headers: vec![("stream-forked-from".into(), "fork-a".into())], body: vec![] };
+    let fork = Req {
+        method: "PUT",
+        target: "/v1/stream/fork-b".into(),
+        headers: vec![("stream-forked-from".into(), "fork-a".into())],
+        body: vec![],
+    };
     let r = send(fork.bearer(admin_only.as_deref())).await;
     checks.status("fork without read on the source", r.status, &r.body, &[403]);
     // An unknown static token.
-    let r = send(Req { method: "HEAD", target: "/v1/stream/fork-a".into(), headers: vec![], body: vec![] }.bearer(Some(&ds_auth::tokens::generate()))).await;
+    let r = send(
+        Req { method: "HEAD", target: "/v1/stream/fork-a".into(), headers: vec![], body: vec![] }
+            .bearer(Some(&ds_auth::tokens::generate())),
+    )
+    .await;
     checks.status("unknown static token", r.status, &r.body, &[401]);
     checks.finish("access matrix (local server)");
     let log = s.server.log_tail();
@@ -102,7 +121,10 @@ async fn cors_origins_are_configurable_with_access_control() {
         .await
         .unwrap();
     assert_eq!(preflight.status(), 204);
-    assert_eq!(ds_e2e::header(&preflight, "access-control-allow-headers").as_deref(), Some("authorization, content-type"));
+    assert_eq!(
+        ds_e2e::header(&preflight, "access-control-allow-headers").as_deref(),
+        Some("authorization, content-type")
+    );
 }
 
 /// `serve` on a non-loopback address that this machine does not have
@@ -122,7 +144,8 @@ fn serve_non_loopback(extra: &[&str]) -> (bool, String) {
 fn non_loopback_bind_needs_access_control_or_the_insecure_flag() {
     let (ok, out) = serve_non_loopback(&[]);
     assert!(!ok);
-    let refusal: Vec<&str> = out.lines().filter(|l| l.contains("refusing to serve 192.0.2.1:4437 without access control")).collect();
+    let refusal: Vec<&str> =
+        out.lines().filter(|l| l.contains("refusing to serve 192.0.2.1:4437 without access control")).collect();
     assert_eq!(refusal.len(), 1, "one clear line; output:\n{out}");
     assert!(refusal[0].contains("--insecure-no-auth"), "{out}");
     assert!(!out.contains("binding"), "refused before binding:\n{out}");

@@ -14,7 +14,12 @@ async fn https_with_http1_and_http2() {
     std::fs::write(&cert, &pki.cert_pem).unwrap();
     std::fs::write(&key, &pki.key_pem).unwrap();
     let args = vec!["--tls-cert".into(), cert.display().to_string(), "--tls-key".into(), key.display().to_string()];
-    let opts = ServerOpts { store: Store::Memory, extra_args: args, ca_pem: Some(pki.ca_pem.clone()), ..ServerOpts::default() };
+    let opts = ServerOpts {
+        store: Store::Memory,
+        extra_args: args,
+        ca_pem: Some(pki.ca_pem.clone()),
+        ..ServerOpts::default()
+    };
     let server = Server::start(opts).await.unwrap();
     assert!(server.base.starts_with("https://127.0.0.1:"));
     for (alpn, version) in [(&b"h2"[..], http::Version::HTTP_2), (&b"http/1.1"[..], http::Version::HTTP_11)] {
@@ -39,13 +44,16 @@ async fn https_with_http1_and_http2() {
 }
 
 fn scrape_value(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
-    let scrape = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_owned()))).expect("Prometheus text format");
+    let scrape =
+        prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_owned()))).expect("Prometheus text format");
     scrape
         .samples
         .iter()
         .filter(|s| s.metric == name && labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v)))
         .map(|s| match &s.value {
-            prometheus_parse::Value::Counter(v) | prometheus_parse::Value::Gauge(v) | prometheus_parse::Value::Untyped(v) => *v,
+            prometheus_parse::Value::Counter(v)
+            | prometheus_parse::Value::Gauge(v)
+            | prometheus_parse::Value::Untyped(v) => *v,
             prometheus_parse::Value::Histogram(b) => b.iter().map(|x| x.count).fold(0.0, f64::max),
             other => panic!("{name}: unexpected {other:?}"),
         })
@@ -56,7 +64,8 @@ fn scrape_value(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
 async fn metrics_parse_and_move_and_health_names_the_store() {
     let server = Server::start(ServerOpts { store: Store::Local, ..ServerOpts::default() }).await.unwrap();
     let client = ds_e2e::client();
-    let metrics = || async { client.get(format!("{}/metrics", server.base)).send().await.unwrap().text().await.unwrap() };
+    let metrics =
+        || async { client.get(format!("{}/metrics", server.base)).send().await.unwrap().text().await.unwrap() };
 
     let health = client.get(format!("{}/health", server.base)).send().await.unwrap().text().await.unwrap();
     let health: serde_json::Value = serde_json::from_str(&health).unwrap();
@@ -67,7 +76,8 @@ async fn metrics_parse_and_move_and_health_names_the_store() {
     let url = server.url("metrics/a");
     client.put(&url).header("content-type", "text/plain").send().await.unwrap();
     for i in 0..5 {
-        let r = client.post(&url).header("content-type", "text/plain").body(format!("record {i}")).send().await.unwrap();
+        let r =
+            client.post(&url).header("content-type", "text/plain").body(format!("record {i}")).send().await.unwrap();
         assert_eq!(r.status(), 204);
     }
     // A long-poll in flight is an open live reader.
@@ -88,7 +98,10 @@ async fn metrics_parse_and_move_and_health_names_the_store() {
         - scrape_value(&before, "ds_http_request_bytes_total", &[("route", "stream_append")]);
     assert_eq!(bytes_in, 5.0 * 8.0, "request bytes counted");
     assert!(scrape_value(&after, "ds_http_request_duration_seconds_count", &[("route", "stream_append")]) >= 5.0);
-    assert!(scrape_value(&after, "ds_store_commit_batch_size_count", &[]) >= 6.0, "one create and five appends committed");
+    assert!(
+        scrape_value(&after, "ds_store_commit_batch_size_count", &[]) >= 6.0,
+        "one create and five appends committed"
+    );
     assert!(scrape_value(&after, "ds_store_fsync_seconds_count", &[]) >= 1.0);
     assert!(after.contains("ds_stream_contexts"));
 }
