@@ -66,7 +66,9 @@ fn set(headers: &mut HeaderMap, name: &'static str, value: impl ToString) {
 async fn put(app: AppState, path: String, req: Request) -> ApiResult {
     let (parts, raw) = req.into_parts();
     let hd = &parts.headers;
-    let parts_host = get(hd, "host")?.unwrap_or("127.0.0.1").to_owned();
+    // HTTP/2 carries the host in the URI's authority, not a Host header.
+    let authority = parts.uri.authority().map(|a| a.as_str());
+    let parts_host = get(hd, "host")?.or(authority).unwrap_or("127.0.0.1").to_owned();
     let content_type = get(hd, "content-type")?.map(str::to_owned);
     if let Some(ct) = &content_type {
         validate_content_type(ct)?;

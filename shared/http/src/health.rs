@@ -39,7 +39,11 @@ impl Health {
         }
         let result = async {
             self.store.commit(Commit::new()).await.map_err(|e| e.to_string())?;
-            self.store.read_meta("__ds/health").await.map_err(|e| e.to_string()).map(|_| ())
+            self.store
+                .read_meta(&ds_core::StreamHandle::detached("__ds/health"))
+                .await
+                .map_err(|e| e.to_string())
+                .map(|_| ())
         }
         .await;
         *last = Some((Instant::now(), result.clone()));

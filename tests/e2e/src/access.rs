@@ -271,7 +271,8 @@ pub async fn run(send: Sender<'_>, secret: &str, root: &str, tag: &str, metrics_
                 _ => vec![401],
             };
             checks.status(&what, resp.status, &resp.body, &want);
-            if resp.status == 401 || resp.status == 403 {
+            // HEAD answers carry no body (RFC 9110 §9.3.2): status and headers only.
+            if (resp.status == 401 || resp.status == 403) && route.req.method != "HEAD" {
                 check_error_body(&what, &resp, checks);
             }
             if let (Some((probe, status)), false) = (&route.unchanged, case == TokenCase::InScope) {

@@ -92,13 +92,17 @@ impl TlsClient {
             roots.add(cert?)?;
         }
         let provider = std::sync::Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-        let mut tls = rustls::ClientConfig::builder_with_provider(provider)
+        let tls = rustls::ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()?
             .with_root_certificates(roots)
             .with_no_client_auth();
-        tls.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
-        let https =
-            hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(tls).https_only().enable_all_versions().build();
+        // The connector sets ALPN itself from the enabled versions.
+        let builder = hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(tls).https_only();
+        let https = match (alpn.contains(&&b"h2"[..]), alpn.contains(&&b"http/1.1"[..])) {
+            (true, true) => builder.enable_all_versions().build(),
+            (true, false) => builder.enable_http2().build(),
+            _ => builder.enable_http1().build(),
+        };
         let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new()).build(https);
         Ok(Self { client })
     }
