@@ -33,6 +33,9 @@ pub struct JwtKeys {
     pub jwks: Option<JwksCache>,
 }
 
+/// Verified tokens by digest: who, and until when (Unix seconds).
+type VerifiedCache = Mutex<HashMap<[u8; 32], (Arc<Principal>, u64)>>;
+
 #[derive(Deserialize)]
 struct Claims {
     sub: Option<String>,
@@ -47,7 +50,7 @@ pub struct JwtVerifier {
     issuer: String,
     audience: String,
     leeway: Duration,
-    cache: Mutex<HashMap<[u8; 32], (Arc<Principal>, u64)>>,
+    cache: VerifiedCache,
 }
 
 impl JwtVerifier {

@@ -40,7 +40,7 @@ async fn https_with_http1_and_http2() {
     assert!(untrusting.send("GET", &format!("{}/health", server.base), &[], Vec::new()).await.is_err());
     // Plain HTTP to the TLS port gets no HTTP answer.
     let plain = ds_e2e::client().get(format!("http://{}/health", server.addr)).send().await;
-    assert!(plain.map(|r| r.status().is_success()).unwrap_or(false) == false);
+    assert!(!plain.map(|r| r.status().is_success()).unwrap_or(false));
 }
 
 fn scrape_value(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
