@@ -38,9 +38,9 @@ start_server() {
   target/debug/durable-streams serve --store "$store" --long-poll-timeout 500ms --bind "127.0.0.1:$port" "$@" \
     >"$RUN/server-$store.log" 2>&1 &
   PIDS+=("$!")
-  URL="http://127.0.0.1:$port"
+  URL="${SCHEME:-http}://127.0.0.1:$port"
   for _ in $(seq 1 100); do
-    curl -fsS "$URL/health" >/dev/null 2>&1 && return 0
+    curl -fsS ${CURL_CA:+--cacert "$CURL_CA"} "$URL/health" >/dev/null 2>&1 && return 0
     sleep 0.1
   done
   echo "server ($store) did not start; log:" >&2; tail -n 30 "$RUN/server-$store.log" >&2; exit 1
@@ -66,6 +66,25 @@ out="$(DS_LAMBDA_RUN_DIR="$RUN/lambda" bash infra/conformance-lambda.sh)" || {
 echo "$out"
 RESULT[lambda]="$(echo "$out" | tail -n 1)"
 
+# Access control and TLS together: a test CA and certificate made now, a JWT
+# granting everything, the suite sending it on every request over https.
+step "conformance with access control (JWT) over TLS, --store memory"
+SEC="$RUN/secure" && mkdir -p "$SEC"
+target/debug/ds-testpki "$SEC"
+head -c 48 /dev/urandom | base64 | tr -d '\n' >"$SEC/jwt-secret"
+TOKEN="$(target/debug/durable-streams token mint-jwt --secret-file "$SEC/jwt-secret" --issuer https://issuer.test \
+  --audience durable-streams --grant '=read,write,admin' --ttl 1h)"
+SCHEME=https CURL_CA="$SEC/ca.pem" start_server memory --tls-cert "$SEC/server.pem" --tls-key "$SEC/server.key" \
+  --jwt-hs256-secret-file "$SEC/jwt-secret" --jwt-issuer https://issuer.test --jwt-audience durable-streams --cors-origins '*'
+unauth="$(curl -sS -o /dev/null -w '%{http_code}' --cacert "$SEC/ca.pem" "$URL/v1/stream/probe")"
+[ "$unauth" = 401 ] || { echo "access control is not on: a request without a token got $unauth" >&2; exit 1; }
+out="$(bash tests/conformance/run.sh --long-poll-timeout-ms 500 --header "Authorization: Bearer $TOKEN" --ca "$SEC/ca.pem" \
+  "$URL" 2>"$RUN/conformance-secure.err")" || {
+  cat "$RUN/conformance-secure.err" >&2; echo "$out"; echo "conformance with access control over TLS FAILED" >&2; exit 1; }
+echo "$out"
+RESULT[secure]="$(echo "$out" | tail -n 1)"
+kill "${PIDS[-1]}" 2>/dev/null || true
+
 step "infra lint (cfn-lint on template.yaml)"
 bash infra/lint-infra.sh
 
@@ -75,4 +94,5 @@ DS_OBSERVED_CALLS="$RUN/lambda/calls.json" bash infra/deploy-check.sh
 step "summary"
 for store in memory local aws; do echo "conformance --store $store: ${RESULT[$store]}"; done
 echo "conformance through the Lambda runtime emulator: ${RESULT[lambda]}"
+echo "conformance --store memory, access control + TLS: ${RESULT[secure]}"
 echo "make test: all passed"

@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # Run the official Durable Streams conformance suite against a running server.
 #
-#   tests/conformance/run.sh [--long-poll-timeout-ms N] <base-url> [-- <vitest args>]
+#   tests/conformance/run.sh [--long-poll-timeout-ms N] [--header 'Name: value']... [--ca CA.pem]
+#                            <base-url> [-- <vitest args>]
 #
+# --header puts a header on every request the suite sends to <base-url> (e.g.
+# 'Authorization: Bearer <token>' for a server with access control); --ca
+# trusts a test certificate authority for an https:// base URL.
 # Installs the pinned suite from npm into ${DS_CONFORMANCE_HOME:-~/.cache/ds-conformance}
 # once, then runs it. Last line: "N passed, N failed, N skipped". Failed tests are
 # listed on stderr ("FAILED: ..."), and skipped ones too with DS_CONFORMANCE_LIST_SKIPPED=1.
@@ -19,16 +23,22 @@ die() { echo "conformance: $*" >&2; echo "0 passed, 0 failed, 0 skipped"; exit 2
 LONG_POLL_MS=""
 BASE_URL=""
 EXTRA=()
+HEADERS=()
+CA_FILE=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --long-poll-timeout-ms) LONG_POLL_MS="${2:-}"; shift ;;
+    --header)
+      case "${2:-}" in *:*) HEADERS+=("$2") ;; *) die "--header needs 'Name: value'" ;; esac
+      shift ;;
+    --ca) [ -r "${2:-}" ] || die "--ca needs a readable PEM file"; CA_FILE="$2"; shift ;;
     --) shift; EXTRA=("$@"); break ;;
     -*) die "unknown option $1" ;;
     *) BASE_URL="${1%/}" ;;
   esac
   shift
 done
-[ -n "$BASE_URL" ] || die "usage: run.sh [--long-poll-timeout-ms N] <base-url>"
+[ -n "$BASE_URL" ] || die "usage: run.sh [--long-poll-timeout-ms N] [--header 'Name: value']... [--ca CA.pem] <base-url>"
 command -v node >/dev/null && command -v npm >/dev/null || die "node and npm are required"
 
 CACHE="${DS_CONFORMANCE_HOME:-${XDG_CACHE_HOME:-$HOME/.cache}/ds-conformance}"
@@ -47,9 +57,26 @@ JSON
   if [ -f "$DIR/.installed" ]; then rm -rf "$TMP"; else rm -rf "$DIR"; mv "$TMP" "$DIR"; fi
 fi
 
+HEADERS_JSON="$(node -e 'const h = {}; for (const l of process.argv.slice(1)) { const i = l.indexOf(":"); h[l.slice(0, i).trim()] = l.slice(i + 1).trim() } console.log(JSON.stringify(h))' ${HEADERS[@]+"${HEADERS[@]}"})"
+[ -n "$CA_FILE" ] && export NODE_EXTRA_CA_CERTS="$CA_FILE"
+
 # The package's own CLI finds no test file under vitest 4, so call runConformanceTests() from an entry file.
 cat > "$DIR/conformance.test.mjs" <<'JS'
 import { runConformanceTests } from "@durable-streams/server-conformance-tests"
+// --header: added to every request to the server under test (the suite and
+// its client both call the global fetch).
+const extra = JSON.parse(process.env.DS_CONFORMANCE_HEADERS || "{}")
+if (Object.keys(extra).length > 0) {
+  const base = process.env.DS_CONFORMANCE_URL
+  const plain = globalThis.fetch
+  globalThis.fetch = (input, init = {}) => {
+    const url = typeof input === "string" ? input : input instanceof URL ? input.href : input.url
+    if (!url.startsWith(base)) return plain(input, init)
+    const headers = new Headers(init.headers ?? (typeof input === "object" && !(input instanceof URL) ? input.headers : undefined))
+    for (const [k, v] of Object.entries(extra)) if (!headers.has(k)) headers.set(k, v)
+    return plain(input, { ...init, headers })
+  }
+}
 const options = { baseUrl: process.env.DS_CONFORMANCE_URL }
 if (process.env.DS_CONFORMANCE_LONG_POLL_MS) options.longPollTimeoutMs = Number(process.env.DS_CONFORMANCE_LONG_POLL_MS)
 runConformanceTests(options)
@@ -62,7 +89,7 @@ JS
 
 OUT="$(mktemp -d)"
 trap 'rm -rf "$OUT"' EXIT
-(cd "$DIR" && DS_CONFORMANCE_URL="$BASE_URL" DS_CONFORMANCE_LONG_POLL_MS="$LONG_POLL_MS" \
+(cd "$DIR" && DS_CONFORMANCE_URL="$BASE_URL" DS_CONFORMANCE_LONG_POLL_MS="$LONG_POLL_MS" DS_CONFORMANCE_HEADERS="$HEADERS_JSON" \
   DS_CONFORMANCE_JSON="$OUT/results.json" ./node_modules/.bin/vitest run --config vitest.config.mjs ${EXTRA[@]+"${EXTRA[@]}"} >"$OUT/vitest.log" 2>&1)
 RC=$?
 [ -s "$OUT/results.json" ] || { tail -n 40 "$OUT/vitest.log" >&2; die "the suite produced no results (vitest exit $RC)"; }

@@ -11,13 +11,22 @@
 //! timeout), `DS_SSE_MAX_DURATION` (default `55s`: SSE connections end
 //! before the default 90 s function timeout), `DS_MAX_BODY_BYTES` (default
 //! `6MiB`, Lambda's request payload limit) and `DS_MAX_READ_BYTES`.
+//!
+//! Operations ([`operations_from_env`]): access control for `AuthType: NONE`
+//! Function URLs (`DS_AUTH_TOKENS`, `DS_JWT_HS256_SECRET`,
+//! `DS_JWT_PUBLIC_KEY`, `DS_JWKS_URL`, `DS_JWT_ISSUER`, `DS_JWT_AUDIENCE`,
+//! `DS_JWT_LEEWAY`, `DS_JWKS_REFRESH`: see `ds_auth::AuthSettings`),
+//! `DS_CORS_ORIGINS`, and `DS_METRICS_NAMESPACE` (CloudWatch EMF lines on
+//! stdout, default `DurableStreams`; `off` disables them).
 
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
+use ds_auth::AuthSettings;
 use ds_config::Settings;
 use ds_core::{ServiceConfig, StreamService};
 use tower::ServiceExt;
@@ -75,17 +84,39 @@ pub fn http_config_from_env() -> anyhow::Result<ds_http::HttpConfig> {
     Ok(ds_http::HttpConfig { max_body_bytes: max })
 }
 
-/// The router over a service.
+/// The router over a service, open to everyone.
 pub fn router(service: StreamService, http: ds_http::HttpConfig) -> axum::Router {
     ds_http::router(service, http)
 }
 
+/// Access control, CORS and metrics from settings (see the crate docs).
+pub fn operations<F: Fn(&str) -> Option<String>>(env: &Settings<F>) -> anyhow::Result<ds_http::Operations> {
+    let access = AuthSettings::from_env(env).and_then(AuthSettings::build).map_err(anyhow::Error::msg)?;
+    if access.is_none() {
+        tracing::info!("no access control configured in the function: the Function URL's AWS_IAM auth must guard it");
+    }
+    let cors = match (env.raw("DS_CORS_ORIGINS"), access.is_some()) {
+        (Some(list), _) => ds_http::Cors::parse(&list).map_err(anyhow::Error::msg)?,
+        (None, false) => ds_http::Cors::AnyOrigin,
+        (None, true) => ds_http::Cors::Origins(Vec::new()),
+    };
+    let namespace = env.raw("DS_METRICS_NAMESPACE").unwrap_or_else(|| "DurableStreams".to_owned());
+    let metrics: Option<Arc<dyn ds_http::Metrics>> =
+        (namespace != "off").then(|| Arc::new(ds_metrics::emf::EmfMetrics::stdout(namespace)) as _);
+    Ok(ds_http::Operations { access: access.map(Arc::new), cors, metrics, store_name: "aws", https: true })
+}
+
+/// [`operations`] from the process environment.
+pub fn operations_from_env() -> anyhow::Result<ds_http::Operations> {
+    operations(&Settings::from_env())
+}
+
 /// Everything from the environment: substrate (clients built once), core
-/// settings, router.
+/// settings, operations, router.
 pub async fn router_from_env() -> anyhow::Result<axum::Router> {
     let aws = ds_store_aws::AwsSubstrate::from_env().await?;
     let service = StreamService::new(aws.substrate(), service_config_from_env()?);
-    Ok(router(service, http_config_from_env()?))
+    Ok(ds_http::router_with(service, http_config_from_env()?, operations_from_env()?))
 }
 
 /// JSON logs to stdout (CloudWatch), filter from `RUST_LOG`.

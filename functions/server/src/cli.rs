@@ -17,6 +17,9 @@ pub struct Cli {
 pub enum Command {
     /// Serve the Durable Streams protocol at {bind}/v1/stream/{path}.
     Serve(ServeArgs),
+    /// Make API tokens and token files; mint test JWTs.
+    #[command(subcommand)]
+    Token(crate::token_cmd::TokenCommand),
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -55,6 +58,8 @@ pub struct ServeArgs {
     /// Log format.
     #[arg(long, env = "DS_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+    #[command(flatten)]
+    pub security: crate::security::SecurityArgs,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]

@@ -2,7 +2,10 @@
 
 mod aws;
 mod cli;
+mod security;
 mod stores;
+mod tls;
+mod token_cmd;
 
 use anyhow::Context;
 use clap::Parser;
@@ -11,9 +14,13 @@ use ds_core::{ServiceConfig, StreamService};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let Command::Serve(args) = Cli::parse().command;
-    init_logs(args.log_format);
-    serve(args).await
+    match Cli::parse().command {
+        Command::Serve(args) => {
+            init_logs(args.log_format);
+            serve(args).await
+        }
+        Command::Token(cmd) => token_cmd::run(cmd),
+    }
 }
 
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
@@ -31,16 +38,30 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         let armed = service.rearm_expiries().await.context("re-arming expiry alarms")?;
         tracing::info!(armed, "expiry alarms re-armed");
     }
-    let router = ds_http::router(service.clone(), ds_http::HttpConfig { max_body_bytes: args.max_body_bytes });
+    let access = args.security.authenticator().await?;
+    args.security.check_bind(args.bind, access.is_some())?;
+    let tls = args.security.tls()?.map(|(cert, key)| tls::server_config(&cert, &key)).transpose()?;
+    let ops = ds_http::Operations {
+        cors: args.security.cors(access.is_some())?,
+        access,
+        metrics: Some(stores::prometheus(&service)?),
+        store_name: stores::name(args.store),
+        https: tls.is_some(),
+    };
+    let http = ds_http::HttpConfig { max_body_bytes: args.max_body_bytes };
+    let router = ds_http::router_with(service.clone(), http, ops);
     let listener = tokio::net::TcpListener::bind(args.bind).await.with_context(|| format!("binding {}", args.bind))?;
-    tracing::info!(addr = %listener.local_addr()?, store = ?args.store, "serving Durable Streams at /v1/stream/");
-    axum::serve(listener, router)
-        .with_graceful_shutdown(async move {
-            shutdown_signal().await;
-            tracing::info!("shutting down: finishing in-flight requests");
-            service.begin_shutdown();
-        })
-        .await?;
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    tracing::info!(addr = %listener.local_addr()?, scheme, store = ?args.store, "serving Durable Streams at /v1/stream/");
+    let shutdown = async move {
+        shutdown_signal().await;
+        tracing::info!("shutting down: finishing in-flight requests");
+        service.begin_shutdown();
+    };
+    match tls {
+        Some(config) => tls::serve(listener, router, config, shutdown).await?,
+        None => axum::serve(listener, router).with_graceful_shutdown(shutdown).await?,
+    }
     Ok(())
 }
 

@@ -1,7 +1,9 @@
 //! Build the chosen substrate.
 
+use std::sync::Arc;
+
 use anyhow::Context;
-use ds_core::{ExpiryDue, Substrate};
+use ds_core::{ExpiryDue, StreamService, Substrate};
 use tokio::sync::mpsc::UnboundedReceiver;
 
 use crate::cli::{ServeArgs, StoreKind};
@@ -23,4 +25,21 @@ pub async fn open(args: &ServeArgs) -> anyhow::Result<(Substrate, Option<Unbound
         }
         StoreKind::Aws => Ok((crate::aws::open().await?, None)),
     }
+}
+
+/// The store's name, as `/health` reports it.
+pub fn name(kind: StoreKind) -> &'static str {
+    match kind {
+        StoreKind::Local => "local",
+        StoreKind::Memory => "memory",
+        StoreKind::Aws => "aws",
+    }
+}
+
+/// The process-wide Prometheus recorder, with the gauges read at scrape time.
+pub fn prometheus(service: &StreamService) -> anyhow::Result<Arc<dyn ds_http::Metrics>> {
+    let registry = service.substrate().registry.clone();
+    let contexts = move || metrics::gauge!("ds_stream_contexts").set(registry.live_contexts() as f64);
+    let m = ds_metrics::prometheus::PrometheusMetrics::install(vec![Box::new(contexts)]).map_err(anyhow::Error::msg)?;
+    Ok(m)
 }

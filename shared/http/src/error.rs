@@ -99,3 +99,26 @@ impl IntoResponse for ApiError {
         resp
     }
 }
+
+impl ApiError {
+    /// 403: a valid credential without the needed grant.
+    pub fn forbidden(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::FORBIDDEN, "FORBIDDEN", message)
+    }
+}
+
+impl From<ds_auth::AuthError> for ApiError {
+    fn from(e: ds_auth::AuthError) -> Self {
+        use ds_auth::AuthError as A;
+        let msg = e.to_string();
+        match e {
+            A::KeysUnavailable => {
+                Self::new(StatusCode::SERVICE_UNAVAILABLE, "UNAVAILABLE", msg).header("retry-after", 5)
+            }
+            A::Missing | A::NotBearer => Self::new(StatusCode::UNAUTHORIZED, "UNAUTHORIZED", msg)
+                .header("www-authenticate", "Bearer realm=\"durable-streams\""),
+            A::Expired | A::Invalid(_) => Self::new(StatusCode::UNAUTHORIZED, "UNAUTHORIZED", msg)
+                .header("www-authenticate", "Bearer realm=\"durable-streams\", error=\"invalid_token\""),
+        }
+    }
+}

@@ -66,7 +66,9 @@ fn set(headers: &mut HeaderMap, name: &'static str, value: impl ToString) {
 async fn put(app: AppState, path: String, req: Request) -> ApiResult {
     let (parts, raw) = req.into_parts();
     let hd = &parts.headers;
-    let parts_host = get(hd, "host")?.unwrap_or("127.0.0.1").to_owned();
+    // HTTP/2 carries the host in the URI's authority, not a Host header.
+    let authority = parts.uri.authority().map(|a| a.as_str());
+    let parts_host = get(hd, "host")?.or(authority).unwrap_or("127.0.0.1").to_owned();
     let content_type = get(hd, "content-type")?.map(str::to_owned);
     if let Some(ct) = &content_type {
         validate_content_type(ct)?;
@@ -82,8 +84,7 @@ async fn put(app: AppState, path: String, req: Request) -> ApiResult {
                 if sub_offset > 0 && offset.is_none() {
                     return Err(ApiError::bad_request("Stream-Fork-Sub-Offset needs Stream-Fork-Offset"));
                 }
-                let source = source.trim_start_matches('/');
-                let source = source.strip_prefix("v1/stream/").unwrap_or(source).to_owned();
+                let source = crate::classify::fork_source(source);
                 Some(ForkRequest { source, offset, sub_offset })
             }
         };
@@ -95,13 +96,13 @@ async fn put(app: AppState, path: String, req: Request) -> ApiResult {
     let headers = resp.headers_mut();
     stream_headers(headers, &out.meta);
     if out.created {
-        set(headers, "location", location(&parts_host, &path));
+        set(headers, "location", location(app.scheme, &parts_host, &path));
     }
     Ok(resp)
 }
 
 /// The absolute URL of a created stream (`Location` must parse as a URL).
-fn location(host: &str, path: &str) -> String {
+fn location(scheme: &str, host: &str, path: &str) -> String {
     let encoded: String = path
         .bytes()
         .map(|b| match b {
@@ -109,7 +110,7 @@ fn location(host: &str, path: &str) -> String {
             _ => format!("%{b:02X}"),
         })
         .collect();
-    format!("http://{host}/v1/stream/{encoded}")
+    format!("{scheme}://{host}/v1/stream/{encoded}")
 }
 
 /// Content-Type, Stream-Next-Offset, and Stream-Closed when closed.

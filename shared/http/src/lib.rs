@@ -2,10 +2,15 @@
 //! `/v1/stream/{path}` over a [`StreamService`]. The same router runs in the
 //! local server and in the Lambda function.
 
+mod access;
+mod classify;
+mod cors;
 pub mod error;
 mod handlers;
 pub mod headers;
+mod health;
 mod layers;
+mod metrics;
 mod request;
 
 use std::sync::Arc;
@@ -14,7 +19,10 @@ use axum::routing::any;
 use axum::Router;
 use ds_core::StreamService;
 
+pub use classify::METRICS_PATH;
+pub use cors::Cors;
 pub use error::ApiError;
+pub use metrics::{Exchange, Metrics};
 
 /// Limits the HTTP layer enforces before the service sees a request.
 #[derive(Debug, Clone)]
@@ -33,19 +41,65 @@ impl Default for HttpConfig {
 pub(crate) struct AppState {
     pub service: StreamService,
     pub cfg: Arc<HttpConfig>,
+    /// `http` or `https`: the scheme of `Location` URLs.
+    pub scheme: &'static str,
 }
 
-/// The protocol router. Streams live under `/v1/stream/`; the reserved
-/// `__ds` control prefix is routed before streams (§6).
+/// How the router is operated: access control, CORS, metrics, and the
+/// store name `/health` reports.
+#[derive(Clone, Default)]
+pub struct Operations {
+    /// `None`: everyone may do everything.
+    pub access: Option<Arc<ds_auth::Authenticator>>,
+    pub cors: Cors,
+    /// Where exchanges are reported; also what `/metrics` serves.
+    pub metrics: Option<Arc<dyn Metrics>>,
+    /// `memory`, `local`, `aws`: shown by `/health`.
+    pub store_name: &'static str,
+    /// Clients reach this router over TLS (directly or through a proxy that
+    /// terminates it): `Location` URLs say `https`.
+    pub https: bool,
+}
+
+/// The protocol router, open to everyone. Streams live under `/v1/stream/`;
+/// the reserved `__ds` control prefix is routed before streams (§6).
 pub fn router(service: StreamService, cfg: HttpConfig) -> Router {
-    let state = AppState { service, cfg: Arc::new(cfg) };
-    Router::new()
+    router_with(service, cfg, Operations::default())
+}
+
+/// The protocol router with access control, CORS, metrics and health as
+/// configured. Layers, outermost first: tracing, metrics (so refused
+/// requests are counted), security and CORS headers (so a browser can read
+/// a `401`), access control, the routes.
+pub fn router_with(service: StreamService, cfg: HttpConfig, ops: Operations) -> Router {
+    let health = Arc::new(health::Health::new(ops.store_name, service.substrate().store.clone()));
+    let state = AppState { service, cfg: Arc::new(cfg), scheme: if ops.https { "https" } else { "http" } };
+    let mut router = Router::new()
         .route("/v1/stream/{*path}", any(handlers::stream))
         .route("/v1/stream", any(handlers::not_a_stream))
         .route("/v1/stream/", any(handlers::not_a_stream))
-        .route("/health", axum::routing::get(|| async { "ok" }))
         .fallback(handlers::not_found)
         .with_state(state)
-        .layer(axum::middleware::from_fn(layers::protocol_headers))
-        .layer(tower_http::trace::TraceLayer::new_for_http())
+        .route("/health", axum::routing::get(health::health).with_state(health));
+    if let Some(m) = ops.metrics.clone() {
+        router = router.route("/metrics", axum::routing::get(render_metrics).with_state(m));
+    }
+    if let Some(auth) = ops.access {
+        router = router.layer(axum::middleware::from_fn_with_state(auth, access::access));
+    }
+    router = router.layer(axum::middleware::from_fn_with_state(Arc::new(ops.cors), layers::protocol_headers));
+    if let Some(m) = ops.metrics {
+        router = router.layer(axum::middleware::from_fn_with_state(m, metrics::observe));
+    }
+    router.layer(tower_http::trace::TraceLayer::new_for_http())
+}
+
+async fn render_metrics(axum::extract::State(m): axum::extract::State<Arc<dyn Metrics>>) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    match m.render() {
+        Some(text) => {
+            ([(http::header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response()
+        }
+        None => handlers::not_found().await,
+    }
 }

@@ -124,6 +124,9 @@ fn write_batch(
 ) -> Vec<Result<(), StoreError>> {
     let flushed = touches.map(TouchOverlay::snapshot).unwrap_or_default();
     counters.commits.fetch_add(commits.len() as u64, Ordering::Relaxed);
+    if !commits.is_empty() {
+        metrics::histogram!("ds_store_commit_batch_size").record(commits.len() as f64);
+    }
     match try_write_batch(db, &commits, &flushed) {
         Ok((outcomes, synced)) => {
             if synced {
@@ -169,7 +172,10 @@ fn try_write_batch(
         }
     }
     if wrote {
-        txn.commit().map_err(|e| {
+        let started = Instant::now();
+        let committed = txn.commit();
+        metrics::histogram!("ds_store_fsync_seconds").record(started.elapsed().as_secs_f64());
+        committed.map_err(|e| {
             // redb: a failed commit may or may not have become durable, so the
             // outcome is unknown: never report it as "nothing was written".
             StoreError::Backend(format!("local store commit failed (outcome unknown, reopen the store): {e}"))

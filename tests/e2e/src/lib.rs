@@ -11,6 +11,7 @@
 //! - [`checks`]: expected statuses, all failures reported together.
 //! - [`read_all`] and friends: protocol helpers shared by the tests.
 
+pub mod access;
 pub mod checks;
 pub mod raw;
 pub mod record;
@@ -63,4 +64,66 @@ pub async fn read_all(client: &reqwest::Client, url: &str) -> anyhow::Result<(Ve
         }
     }
     bail!("GET {url}: never reached Stream-Up-To-Date")
+}
+
+/// An HTTPS client for 127.0.0.1 trusting only a test CA, offering the
+/// given ALPN protocols (`h2`, `http/1.1`).
+#[derive(Clone)]
+pub struct TlsClient {
+    client: hyper_util::client::legacy::Client<
+        hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>,
+        http_body_util::Full<bytes::Bytes>,
+    >,
+}
+
+/// An HTTPS answer.
+pub struct TlsResponse {
+    pub status: u16,
+    pub version: http::Version,
+    pub headers: http::HeaderMap,
+    pub body: bytes::Bytes,
+}
+
+impl TlsClient {
+    pub fn new(ca_pem: &str, alpn: &[&[u8]]) -> anyhow::Result<Self> {
+        use rustls::pki_types::pem::PemObject;
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in rustls::pki_types::CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+            roots.add(cert?)?;
+        }
+        let provider = std::sync::Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+        let tls = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        // The connector sets ALPN itself from the enabled versions.
+        let builder = hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(tls).https_only();
+        let https = match (alpn.contains(&&b"h2"[..]), alpn.contains(&&b"http/1.1"[..])) {
+            (true, true) => builder.enable_all_versions().build(),
+            (true, false) => builder.enable_http2().build(),
+            _ => builder.enable_http1().build(),
+        };
+        let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new()).build(https);
+        Ok(Self { client })
+    }
+
+    /// Send a request and read the whole answer (10 s at most).
+    pub async fn send(
+        &self,
+        method: &str,
+        url: &str,
+        headers: &[(&str, &str)],
+        body: Vec<u8>,
+    ) -> anyhow::Result<TlsResponse> {
+        use http_body_util::BodyExt;
+        let mut req = http::Request::builder().method(method).uri(url);
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        let req = req.body(http_body_util::Full::new(bytes::Bytes::from(body)))?;
+        let resp = tokio::time::timeout(Duration::from_secs(10), self.client.request(req)).await??;
+        let (parts, body) = resp.into_parts();
+        let body = tokio::time::timeout(Duration::from_secs(10), body.collect()).await??.to_bytes();
+        Ok(TlsResponse { status: parts.status.as_u16(), version: parts.version, headers: parts.headers, body })
+    }
 }

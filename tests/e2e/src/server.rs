@@ -87,11 +87,23 @@ pub struct ServerOpts {
     pub data_dir: Option<PathBuf>,
     pub max_body_bytes: Option<usize>,
     pub long_poll_timeout: &'static str,
+    /// More `serve` flags (access control, TLS, …).
+    pub extra_args: Vec<String>,
+    /// The CA that signed the server's `--tls-cert`: the server is reached
+    /// over `https://` with a client trusting it.
+    pub ca_pem: Option<String>,
 }
 
 impl Default for ServerOpts {
     fn default() -> Self {
-        Self { store: Store::Local, data_dir: None, max_body_bytes: None, long_poll_timeout: "500ms" }
+        Self {
+            store: Store::Local,
+            data_dir: None,
+            max_body_bytes: None,
+            long_poll_timeout: "500ms",
+            extra_args: Vec::new(),
+            ca_pem: None,
+        }
     }
 }
 
@@ -102,6 +114,8 @@ pub struct Server {
     /// `http://127.0.0.1:PORT`
     pub base: String,
     pub data_dir: PathBuf,
+    /// A client trusting the server's test CA, when it serves TLS.
+    pub tls: Option<crate::TlsClient>,
     log_path: PathBuf,
     _log_dir: TempDir,
     _own_data: Option<TempDir>,
@@ -141,14 +155,18 @@ impl Server {
             if let Some(max) = opts.max_body_bytes {
                 cmd.args(["--max-body-bytes", &max.to_string()]);
             }
+            cmd.args(&opts.extra_args);
             cmd.stdin(Stdio::null()).stdout(log.try_clone()?).stderr(log);
             let child = cmd.spawn().with_context(|| format!("spawning {}", bin.display()))?;
             let addr = SocketAddr::from(([127, 0, 0, 1], port));
+            let tls = opts.ca_pem.as_deref().map(|ca| crate::TlsClient::new(ca, &[b"h2", b"http/1.1"])).transpose()?;
+            let scheme = if tls.is_some() { "https" } else { "http" };
             let mut server = Server {
                 child,
                 addr,
-                base: format!("http://{addr}"),
+                base: format!("{scheme}://{addr}"),
                 data_dir: data_dir.clone(),
+                tls,
                 log_path,
                 _log_dir: log_dir,
                 _own_data: None,
@@ -179,10 +197,14 @@ impl Server {
             if let Some(status) = self.child.try_wait()? {
                 bail!("server exited before answering: {status}");
             }
-            if let Ok(resp) = client.get(&url).timeout(Duration::from_secs(2)).send().await {
-                if resp.status().is_success() {
-                    return Ok(());
+            let ok = match &self.tls {
+                Some(tls) => tls.send("GET", &url, &[], Vec::new()).await.is_ok_and(|r| r.status == 200),
+                None => {
+                    client.get(&url).timeout(Duration::from_secs(2)).send().await.is_ok_and(|r| r.status().is_success())
                 }
+            };
+            if ok {
+                return Ok(());
             }
             if Instant::now() > deadline {
                 bail!("server did not answer {url} within {READY_TIMEOUT:?}");

@@ -60,8 +60,15 @@ pub struct Client {
 }
 
 impl Client {
+    /// `DS_LOAD_AUTHORIZATION`, when set, is sent as the `Authorization`
+    /// header of every request (a server with access control on).
     pub fn new(target: Target) -> Result<Self> {
+        let mut headers = HeaderMap::new();
+        if let Ok(auth) = std::env::var("DS_LOAD_AUTHORIZATION") {
+            headers.insert(reqwest::header::AUTHORIZATION, auth.parse().context("DS_LOAD_AUTHORIZATION")?);
+        }
         let http = reqwest::Client::builder()
+            .default_headers(headers)
             .tcp_nodelay(true)
             // Long-polls wait up to the server's timeout (20 s for ours and the
             // Node server); anything slower than this is a failure.

@@ -1,0 +1,116 @@
+//! What an operator configures, in one shape for every host: the local
+//! server fills it from its flags (reading the files they name), the Lambda
+//! function from its environment ([`AuthSettings::from_env`]).
+
+use std::time::Duration;
+
+use ds_config::Settings;
+use ds_egress::{EgressClient, EgressConfig};
+
+use crate::jwks::JwksCache;
+use crate::jwt::{public_key_from_pem, JwtKeys, JwtVerifier};
+use crate::{Authenticator, StaticTokens};
+
+#[derive(Debug, Clone)]
+pub struct AuthSettings {
+    /// The static token file's JSON (digests and grants).
+    pub tokens_json: Option<String>,
+    pub jwt_hs256_secret: Option<Vec<u8>>,
+    /// PEM public key (RSA, P-256 or Ed25519).
+    pub jwt_public_key_pem: Option<Vec<u8>>,
+    pub jwks_url: Option<String>,
+    /// Extra trusted CA (PEM) for the JWKS URL.
+    pub jwks_ca_pem: Option<Vec<u8>>,
+    /// Let the JWKS URL be on loopback (development and tests only).
+    pub jwks_allow_loopback: bool,
+    pub jwks_refresh: Duration,
+    pub jwt_issuer: Option<String>,
+    pub jwt_audience: Option<String>,
+    /// Clock-skew allowance for `exp` and `nbf`.
+    pub jwt_leeway: Duration,
+}
+
+impl Default for AuthSettings {
+    fn default() -> Self {
+        Self {
+            tokens_json: None,
+            jwt_hs256_secret: None,
+            jwt_public_key_pem: None,
+            jwks_url: None,
+            jwks_ca_pem: None,
+            jwks_allow_loopback: false,
+            jwks_refresh: Duration::from_secs(600),
+            jwt_issuer: None,
+            jwt_audience: None,
+            jwt_leeway: Duration::from_secs(30),
+        }
+    }
+}
+
+impl AuthSettings {
+    /// Reads `DS_AUTH_TOKENS` (the token file's JSON, inline),
+    /// `DS_JWT_HS256_SECRET`, `DS_JWT_PUBLIC_KEY` (PEM text), `DS_JWKS_URL`,
+    /// `DS_JWKS_REFRESH`, `DS_JWT_ISSUER`, `DS_JWT_AUDIENCE`, `DS_JWT_LEEWAY`.
+    pub fn from_env<F: Fn(&str) -> Option<String>>(env: &Settings<F>) -> Result<Self, String> {
+        let d = Self::default();
+        Ok(Self {
+            tokens_json: env.raw("DS_AUTH_TOKENS"),
+            jwt_hs256_secret: env.raw("DS_JWT_HS256_SECRET").map(String::into_bytes),
+            jwt_public_key_pem: env.raw("DS_JWT_PUBLIC_KEY").map(String::into_bytes),
+            jwks_url: env.raw("DS_JWKS_URL"),
+            jwks_ca_pem: None,
+            jwks_allow_loopback: false,
+            jwks_refresh: env.duration("DS_JWKS_REFRESH").map_err(|e| e.to_string())?.unwrap_or(d.jwks_refresh),
+            jwt_issuer: env.raw("DS_JWT_ISSUER"),
+            jwt_audience: env.raw("DS_JWT_AUDIENCE"),
+            jwt_leeway: env.duration("DS_JWT_LEEWAY").map_err(|e| e.to_string())?.unwrap_or(d.jwt_leeway),
+        })
+    }
+
+    fn jwt_configured(&self) -> bool {
+        self.jwt_hs256_secret.is_some() || self.jwt_public_key_pem.is_some() || self.jwks_url.is_some()
+    }
+
+    /// Whether any credential is configured (access control is on).
+    pub fn is_configured(&self) -> bool {
+        self.tokens_json.is_some() || self.jwt_configured()
+    }
+
+    /// The authenticator, or `None` when nothing is configured. Checks the
+    /// settings (a JWT key needs an issuer and an audience; an HS256 secret
+    /// must be at least 32 bytes; the JWKS URL must pass the SSRF rules).
+    pub fn build(self) -> Result<Option<Authenticator>, String> {
+        if !self.is_configured() {
+            return Ok(None);
+        }
+        let tokens = match &self.tokens_json {
+            Some(json) => StaticTokens::from_json(json)?,
+            None => StaticTokens::default(),
+        };
+        let jwt = if self.jwt_configured() { Some(self.verifier()?) } else { None };
+        Ok(Some(Authenticator::new(tokens, jwt)))
+    }
+
+    fn verifier(self) -> Result<JwtVerifier, String> {
+        let issuer = self.jwt_issuer.ok_or("a JWT key needs an issuer to check (jwt issuer setting)")?;
+        let audience = self.jwt_audience.ok_or("a JWT key needs an audience to check (jwt audience setting)")?;
+        if self.jwt_hs256_secret.as_ref().is_some_and(|s| s.len() < 32) {
+            return Err("the HS256 secret must be at least 32 bytes".into());
+        }
+        let public_key = self.jwt_public_key_pem.as_deref().map(public_key_from_pem).transpose()?;
+        let jwks = match self.jwks_url {
+            None => None,
+            Some(url) => {
+                let client = EgressClient::new(EgressConfig {
+                    allow_loopback: self.jwks_allow_loopback,
+                    extra_roots_pem: self.jwks_ca_pem,
+                    ..EgressConfig::default()
+                })
+                .map_err(|e| e.to_string())?;
+                Some(JwksCache::new(url, client, self.jwks_refresh)?)
+            }
+        };
+        let keys = JwtKeys { hs256_secret: self.jwt_hs256_secret, public_key, jwks };
+        Ok(JwtVerifier::new(keys, issuer, audience, self.jwt_leeway))
+    }
+}

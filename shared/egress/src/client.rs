@@ -1,0 +1,257 @@
+//! The guarded HTTPS client (hyper-util's client with a rustls connector).
+
+use std::error::Error as StdError;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty, Limited};
+use hyper_util::client::legacy::connect::dns::Name;
+use hyper_util::client::legacy::connect::{HttpConnector, HttpInfo};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::CertificateDer;
+use url::{Host, Url};
+
+use crate::address::{check_ip, Forbidden};
+
+/// How the client may reach out.
+#[derive(Debug, Clone)]
+pub struct EgressConfig {
+    /// Allow 127.0.0.0/8 and ::1 (development and tests only).
+    pub allow_loopback: bool,
+    /// PEM certificates trusted in addition to the system's roots (a private
+    /// or test certificate authority).
+    pub extra_roots_pem: Option<Vec<u8>>,
+    /// Whole-request timeout.
+    pub timeout: Duration,
+    /// Largest response body accepted.
+    pub max_body_bytes: usize,
+}
+
+impl Default for EgressConfig {
+    fn default() -> Self {
+        Self { allow_loopback: false, extra_roots_pem: None, timeout: Duration::from_secs(10), max_body_bytes: 1 << 20 }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum EgressError {
+    #[error("not a valid URL: {0}")]
+    BadUrl(String),
+    #[error("only https:// URLs without user info are allowed")]
+    NotHttps,
+    #[error("{host} is {reason}; refused before connecting")]
+    Forbidden { host: String, reason: Forbidden },
+    #[error("the connection went to {addr}, which is {reason}")]
+    ForbiddenPeer { addr: SocketAddr, reason: Forbidden },
+    #[error("TLS configuration: {0}")]
+    Tls(String),
+    #[error("request failed: {0}")]
+    Request(String),
+    #[error("the server answered {0}")]
+    Status(u16),
+    #[error("the response body exceeds {0} bytes")]
+    TooLarge(usize),
+}
+
+type Connector = hyper_rustls::HttpsConnector<HttpConnector<GuardedResolver>>;
+
+/// An HTTPS client that only connects to allowed addresses.
+#[derive(Clone)]
+pub struct EgressClient {
+    http: Client<Connector, Empty<Bytes>>,
+    cfg: Arc<EgressConfig>,
+}
+
+impl EgressClient {
+    pub fn new(cfg: EgressConfig) -> Result<Self, EgressError> {
+        let tls = tls_config(cfg.extra_roots_pem.as_deref())?;
+        let mut tcp = HttpConnector::new_with_resolver(GuardedResolver { allow_loopback: cfg.allow_loopback });
+        tcp.enforce_http(false);
+        tcp.set_connect_timeout(Some(cfg.timeout));
+        let https = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(tls)
+            .https_only()
+            .enable_http1()
+            .wrap_connector(tcp);
+        // No proxy and no redirects: the legacy client does neither.
+        let http = Client::builder(TokioExecutor::new()).build(https);
+        Ok(Self { http, cfg: Arc::new(cfg) })
+    }
+
+    /// Checks a URL against the rules that need no DNS: `https`, a host, no
+    /// user info, and an address literal outside the forbidden ranges.
+    pub fn check_url(&self, url: &str) -> Result<Url, EgressError> {
+        check_url(url, self.cfg.allow_loopback)
+    }
+
+    /// `GET url` with an `Accept` header; the body of a 2xx answer.
+    pub async fn get(&self, url: &str, accept: &str) -> Result<Bytes, EgressError> {
+        tokio::time::timeout(self.cfg.timeout, self.get_inner(url, accept))
+            .await
+            .map_err(|_| EgressError::Request(format!("no answer within {:?}", self.cfg.timeout)))?
+    }
+
+    async fn get_inner(&self, url: &str, accept: &str) -> Result<Bytes, EgressError> {
+        let url = self.check_url(url)?;
+        let req = http::Request::get(url.as_str())
+            .header(http::header::ACCEPT, accept)
+            .body(Empty::new())
+            .map_err(|e| EgressError::BadUrl(e.to_string()))?;
+        let resp = self.http.request(req).await.map_err(request_error)?;
+        let peer = resp.extensions().get::<HttpInfo>().map(HttpInfo::remote_addr);
+        let peer = peer.ok_or_else(|| EgressError::Request("no peer address".into()))?;
+        check_ip(peer.ip(), self.cfg.allow_loopback)
+            .map_err(|reason| EgressError::ForbiddenPeer { addr: peer, reason })?;
+        if !resp.status().is_success() {
+            return Err(EgressError::Status(resp.status().as_u16()));
+        }
+        let body = Limited::new(resp.into_body(), self.cfg.max_body_bytes).collect().await;
+        body.map(|b| b.to_bytes()).map_err(|e| {
+            if e.is::<http_body_util::LengthLimitError>() {
+                EgressError::TooLarge(self.cfg.max_body_bytes)
+            } else {
+                EgressError::Request(e.to_string())
+            }
+        })
+    }
+}
+
+/// See [`EgressClient::check_url`].
+pub fn check_url(url: &str, allow_loopback: bool) -> Result<Url, EgressError> {
+    let parsed = Url::parse(url).map_err(|e| EgressError::BadUrl(e.to_string()))?;
+    if parsed.scheme() != "https" || !parsed.username().is_empty() || parsed.password().is_some() {
+        return Err(EgressError::NotHttps);
+    }
+    let literal = match parsed.host() {
+        None => return Err(EgressError::BadUrl("no host".into())),
+        Some(Host::Domain(_)) => None,
+        Some(Host::Ipv4(v4)) => Some(v4.into()),
+        Some(Host::Ipv6(v6)) => Some(v6.into()),
+    };
+    if let Some(ip) = literal {
+        check_ip(ip, allow_loopback).map_err(|reason| EgressError::Forbidden { host: ip.to_string(), reason })?;
+    }
+    Ok(parsed)
+}
+
+/// A request error, with a refused resolution reported as such.
+fn request_error(e: hyper_util::client::legacy::Error) -> EgressError {
+    let mut source: Option<&(dyn StdError + 'static)> = Some(&e);
+    while let Some(s) = source {
+        if let Some(refused) = s.downcast_ref::<Refused>() {
+            return EgressError::Forbidden { host: refused.host.clone(), reason: refused.reason };
+        }
+        source = s.source();
+    }
+    let mut chain = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        chain.push_str(&format!(": {s}"));
+        source = s.source();
+    }
+    EgressError::Request(chain)
+}
+
+/// Rustls with the system's roots (plus any extra ones) and the same crypto
+/// provider as the rest of the process.
+fn tls_config(extra_pem: Option<&[u8]>) -> Result<rustls::ClientConfig, EgressError> {
+    let mut roots = rustls::RootCertStore::empty();
+    let native = rustls_native_certs::load_native_certs();
+    roots.add_parsable_certificates(native.certs);
+    if let Some(pem) = extra_pem {
+        let mut added = 0;
+        for cert in CertificateDer::pem_slice_iter(pem) {
+            let cert = cert.map_err(|e| EgressError::Tls(format!("extra CA: {e}")))?;
+            roots.add(cert).map_err(|e| EgressError::Tls(format!("extra CA: {e}")))?;
+            added += 1;
+        }
+        if added == 0 {
+            return Err(EgressError::Tls("extra CA: no certificate in the PEM data".into()));
+        }
+    }
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    Ok(rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| EgressError::Tls(e.to_string()))?
+        .with_root_certificates(roots)
+        .with_no_client_auth())
+}
+
+/// A name that resolved to a forbidden address.
+#[derive(Debug, thiserror::Error)]
+#[error("{host} resolves to {reason}")]
+struct Refused {
+    host: String,
+    reason: Forbidden,
+}
+
+/// Resolves with the system resolver and refuses a name if ANY of its
+/// addresses is forbidden; only checked addresses reach the connector.
+#[derive(Clone)]
+struct GuardedResolver {
+    allow_loopback: bool,
+}
+
+type Resolving =
+    Pin<Box<dyn Future<Output = Result<std::vec::IntoIter<SocketAddr>, Box<dyn StdError + Send + Sync>>> + Send>>;
+
+impl tower_service::Service<Name> for GuardedResolver {
+    type Response = std::vec::IntoIter<SocketAddr>;
+    type Error = Box<dyn StdError + Send + Sync>;
+    type Future = Resolving;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, name: Name) -> Self::Future {
+        let allow_loopback = self.allow_loopback;
+        Box::pin(async move {
+            let host = name.as_str().to_owned();
+            let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
+            for addr in &addrs {
+                if let Err(reason) = check_ip(addr.ip(), allow_loopback) {
+                    return Err(Box::new(Refused { host, reason }) as Box<dyn StdError + Send + Sync>);
+                }
+            }
+            Ok(addrs.into_iter())
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn urls_need_https_a_host_and_an_allowed_literal() {
+        assert!(check_url("https://idp.example.com/.well-known/jwks.json", false).is_ok());
+        assert!(matches!(check_url("http://idp.example.com/jwks", false), Err(EgressError::NotHttps)));
+        assert!(matches!(check_url("https://user:pw@idp.example.com/", false), Err(EgressError::NotHttps)));
+        assert!(matches!(check_url("file:///etc/passwd", false), Err(EgressError::NotHttps)));
+        assert!(matches!(check_url("not a url", false), Err(EgressError::BadUrl(_))));
+        for (url, why) in [
+            ("https://10.0.0.1/jwks", Forbidden::Private),
+            ("https://169.254.169.254/latest/meta-data/", Forbidden::LinkLocal),
+            ("https://[fd00::1]/", Forbidden::Private),
+            ("https://127.0.0.1:8443/", Forbidden::Loopback),
+            ("https://[::ffff:192.168.0.1]/", Forbidden::Private),
+            ("https://0x7f000001/", Forbidden::Loopback), // the URL parser normalises hex literals
+        ] {
+            match check_url(url, false) {
+                Err(EgressError::Forbidden { reason, .. }) => assert_eq!(reason, why, "{url}"),
+                other => panic!("{url}: {other:?}"),
+            }
+        }
+        assert!(check_url("https://127.0.0.1:8443/", true).is_ok());
+        assert!(check_url("https://10.0.0.1/", true).is_err());
+    }
+}

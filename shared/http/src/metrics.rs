@@ -1,0 +1,169 @@
+//! The metrics layer: every exchange is reported to a [`Metrics`] sink with
+//! its route label, status, latency to the response head and bytes in/out;
+//! live readers (long-poll and SSE requests) are counted while they are
+//! open. The sink decides the format (Prometheus on the local server,
+//! CloudWatch EMF on Lambda; see `ds-metrics`).
+
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::Method;
+use axum::middleware::Next;
+use axum::response::Response;
+use bytes::Bytes;
+use http_body::{Body as HttpBody, Frame, SizeHint};
+
+use crate::classify::classify;
+
+/// One finished request/response exchange.
+#[derive(Debug, Clone)]
+pub struct Exchange {
+    /// What kind of request: `stream_append`, `stream_read`, `stream_sse`,
+    /// `health`, `metrics`, … (never a stream path: bounded cardinality).
+    pub route: &'static str,
+    pub method: Method,
+    pub status: u16,
+    /// Time until the response head was ready (for SSE and long-poll this
+    /// includes the wait for data).
+    pub latency: Duration,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+}
+
+/// Where the HTTP layer reports what it serves.
+pub trait Metrics: Send + Sync + 'static {
+    /// Called once per exchange, when the response body has been sent (or
+    /// the client went away).
+    fn exchange(&self, exchange: &Exchange);
+    /// A live reader (`long-poll` or `sse`) opened (`+1`) or closed (`-1`).
+    fn live_readers(&self, mode: &'static str, delta: i64);
+    /// The text served at `/metrics`, if this host serves one.
+    fn render(&self) -> Option<String> {
+        None
+    }
+}
+
+pub(crate) async fn observe(State(metrics): State<Arc<dyn Metrics>>, req: Request, next: Next) -> Response {
+    let start = Instant::now();
+    let class = classify(req.method(), req.uri(), req.headers());
+    let method = req.method().clone();
+    let live = class.live.map(|mode| LiveGuard::open(metrics.clone(), mode));
+    let bytes_in = Arc::new(AtomicU64::new(0));
+    let req = req.map(|b| Body::new(CountIn { inner: b, n: bytes_in.clone() }));
+    let resp = next.run(req).await;
+    let exchange = Exchange {
+        route: class.route,
+        method,
+        status: resp.status().as_u16(),
+        latency: start.elapsed(),
+        bytes_in: 0,
+        bytes_out: 0,
+    };
+    resp.map(|inner| Body::new(Observed { inner, exchange: Some(exchange), metrics, bytes_in, _live: live }))
+}
+
+/// Decrements the live-reader gauge when the exchange ends, however it ends.
+struct LiveGuard {
+    metrics: Arc<dyn Metrics>,
+    mode: &'static str,
+}
+
+impl LiveGuard {
+    fn open(metrics: Arc<dyn Metrics>, mode: &'static str) -> Self {
+        metrics.live_readers(mode, 1);
+        Self { metrics, mode }
+    }
+}
+
+impl Drop for LiveGuard {
+    fn drop(&mut self) {
+        self.metrics.live_readers(self.mode, -1);
+    }
+}
+
+/// The request body, counting the bytes the handler reads.
+struct CountIn {
+    inner: Body,
+    n: Arc<AtomicU64>,
+}
+
+impl HttpBody for CountIn {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
+        let poll = Pin::new(&mut self.inner).poll_frame(cx);
+        if let Poll::Ready(Some(Ok(frame))) = &poll {
+            if let Some(data) = frame.data_ref() {
+                self.n.fetch_add(data.len() as u64, Ordering::Relaxed);
+            }
+        }
+        poll
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// The response body, counting bytes out and reporting the exchange at its
+/// end (or when dropped early: a client that went away).
+struct Observed {
+    inner: Body,
+    exchange: Option<Exchange>,
+    metrics: Arc<dyn Metrics>,
+    bytes_in: Arc<AtomicU64>,
+    _live: Option<LiveGuard>,
+}
+
+impl Observed {
+    fn report(&mut self) {
+        if let Some(mut e) = self.exchange.take() {
+            e.bytes_in = self.bytes_in.load(Ordering::Relaxed);
+            self.metrics.exchange(&e);
+        }
+    }
+}
+
+impl HttpBody for Observed {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
+        let poll = Pin::new(&mut self.inner).poll_frame(cx);
+        match &poll {
+            Poll::Ready(Some(Ok(frame))) => {
+                let n = frame.data_ref().map_or(0, |d| d.len() as u64);
+                if let Some(e) = self.exchange.as_mut() {
+                    e.bytes_out += n;
+                }
+            }
+            Poll::Ready(None) | Poll::Ready(Some(Err(_))) => self.report(),
+            Poll::Pending => {}
+        }
+        poll
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl Drop for Observed {
+    fn drop(&mut self) {
+        self.report();
+    }
+}

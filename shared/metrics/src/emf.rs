@@ -1,0 +1,126 @@
+//! CloudWatch Embedded Metric Format: one JSON line per exchange on stdout,
+//! which Lambda ships to CloudWatch Logs and CloudWatch turns into metrics
+//! (`Requests`, `Latency`, `BytesIn`, `BytesOut` by `route` and `status`, in
+//! the configured namespace) without any API call from the function.
+//! Live readers are not a separate figure here: each Lambda instance serves
+//! one request at a time, so the `stream_sse`/`stream_long_poll` requests
+//! and Lambda's own concurrency metrics already count them.
+
+use std::io::Write;
+use std::sync::Mutex;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use ds_http::{Exchange, Metrics};
+use serde_json::json;
+
+pub struct EmfMetrics {
+    namespace: String,
+    out: Mutex<Box<dyn Write + Send>>,
+}
+
+impl EmfMetrics {
+    /// Lines go to stdout (Lambda's log stream).
+    pub fn stdout(namespace: impl Into<String>) -> Self {
+        Self::to_writer(namespace, Box::new(std::io::stdout()))
+    }
+
+    pub fn to_writer(namespace: impl Into<String>, out: Box<dyn Write + Send>) -> Self {
+        Self { namespace: namespace.into(), out: Mutex::new(out) }
+    }
+
+    /// The EMF document for one exchange.
+    pub fn line(&self, e: &Exchange) -> String {
+        let ts = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0);
+        json!({
+            "_aws": {
+                "Timestamp": ts,
+                "CloudWatchMetrics": [{
+                    "Namespace": self.namespace,
+                    "Dimensions": [["route"], ["route", "status"]],
+                    "Metrics": [
+                        {"Name": "Requests", "Unit": "Count"},
+                        {"Name": "Latency", "Unit": "Milliseconds"},
+                        {"Name": "BytesIn", "Unit": "Bytes"},
+                        {"Name": "BytesOut", "Unit": "Bytes"},
+                    ],
+                }],
+            },
+            "route": e.route,
+            "status": e.status.to_string(),
+            "method": e.method.as_str(),
+            "Requests": 1,
+            "Latency": e.latency.as_secs_f64() * 1e3,
+            "BytesIn": e.bytes_in,
+            "BytesOut": e.bytes_out,
+        })
+        .to_string()
+    }
+}
+
+impl Metrics for EmfMetrics {
+    fn exchange(&self, e: &Exchange) {
+        let line = self.line(e);
+        let mut out = self.out.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let _ = writeln!(out, "{line}");
+        let _ = out.flush();
+    }
+
+    fn live_readers(&self, _mode: &'static str, _delta: i64) {}
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use super::*;
+
+    #[derive(Clone, Default)]
+    struct Buf(Arc<Mutex<Vec<u8>>>);
+    impl Write for Buf {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn one_valid_emf_document_per_exchange() {
+        let buf = Buf::default();
+        let m = EmfMetrics::to_writer("DurableStreams", Box::new(buf.clone()));
+        let e = Exchange {
+            route: "stream_read",
+            method: http::Method::GET,
+            status: 200,
+            latency: Duration::from_micros(2500),
+            bytes_in: 0,
+            bytes_out: 1234,
+        };
+        m.exchange(&e);
+        m.exchange(&Exchange { status: 403, ..e });
+        let text = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+        let lines: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        assert_eq!(lines.len(), 2);
+        let doc = &lines[0];
+        let spec = &doc["_aws"]["CloudWatchMetrics"][0];
+        assert_eq!(spec["Namespace"], "DurableStreams");
+        // Every declared metric is a top-level number and every dimension a
+        // top-level string: what CloudWatch requires of an EMF document.
+        for m in spec["Metrics"].as_array().unwrap() {
+            assert!(doc[m["Name"].as_str().unwrap()].is_number(), "{m}");
+        }
+        for set in spec["Dimensions"].as_array().unwrap() {
+            for d in set.as_array().unwrap() {
+                assert!(doc[d.as_str().unwrap()].is_string(), "{d}");
+            }
+        }
+        assert!(doc["_aws"]["Timestamp"].as_u64().unwrap() > 1_600_000_000_000);
+        assert_eq!(doc["Latency"], 2.5);
+        assert_eq!(doc["BytesOut"], 1234);
+        assert_eq!(lines[1]["status"], "403");
+    }
+}

@@ -1,0 +1,17 @@
+//! What operators see: the HTTP layer's exchanges ([`ds_http::Metrics`]) and
+//! the stores' own figures, rendered as Prometheus text on the local server
+//! ([`prometheus`]) or written as CloudWatch Embedded Metric Format lines by
+//! the Lambda function ([`emf`]).
+//!
+//! Metric names (Prometheus):
+//! - `ds_http_requests_total{route,status}`: exchanges finished;
+//! - `ds_http_request_duration_seconds{route}`: time to the response head;
+//! - `ds_http_request_bytes_total{route}`, `ds_http_response_bytes_total{route}`;
+//! - `ds_live_readers{mode}`: open long-poll and SSE requests;
+//! - `ds_stream_contexts`: streams with in-process state (in use now);
+//! - `ds_store_commit_batch_size`, `ds_store_fsync_seconds`: the local
+//!   store's group commit (commits per durable transaction, and how long
+//!   each transaction's commit with its fsync took).
+
+pub mod emf;
+pub mod prometheus;
