@@ -200,7 +200,8 @@ impl Meter {
         for (k, v) in &auth.0 {
             req = req.header(k.as_str(), v.as_str());
         }
-        let v: Value = req.body(body).send().await?.error_for_status()?.json().await?;
+        let bytes = req.body(body).send().await?.error_for_status()?.bytes().await?;
+        let v: Value = serde_json::from_slice(&bytes)?;
         Ok(v.get("Item").map(item_size).unwrap_or(0))
     }
 }
