@@ -27,9 +27,11 @@ deploy-check:
 build-lambda:
 	bash infra/build-lambda.sh
 
-# AWS calls per operation, counted at the emulator, with the budgets asserted.
+# AWS calls per operation, counted at the emulator, with the budgets asserted;
+# then capacity units, S3 requests and dollars per operation (bench/aws-cost.sh).
 aws-calls:
 	bash infra/aws-calls.sh
+	bash bench/aws-cost.sh
 
 bench:
 	bash bench/bench.sh

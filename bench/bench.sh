@@ -6,8 +6,11 @@
 # Installs the peers into the bench cache (bench/peers/install.sh), builds
 # ds-load (tests/load) and our release binary, starts every server
 # configuration on 127.0.0.1 in turn (A B C D … A B C D …, fresh process and
-# data dir each time) and runs P1 P2 P3 P4 P6 against each. The markdown
-# report is printed and written to bench/results/<UTC date>.md.
+# data dir each time) and runs P1 P2 P3 P4 P6 P7 against each, after
+# calibrating ds-load against a trivial server (and wrk). Every run is
+# watched by the busy-machine guard. The markdown report is printed and
+# written to bench/results/<UTC date>.md; run it on an otherwise idle machine
+# (the report says NOT A QUIET-MACHINE REPORT when the guard saw other work).
 # bench/quick.sh sets DS_BENCH_QUICK=1: one round of P1 and P3, report kept in
 # the cache dir instead of bench/results.
 #
@@ -21,6 +24,10 @@
 #   DS_BENCH_ROUNDS, DS_BENCH_WORKLOADS, DS_BENCH_P1_SECS, DS_BENCH_P1_CONCURRENCY,
 #   DS_BENCH_P2_RECORDS, DS_BENCH_P2_READS, DS_BENCH_P3_ITERS, DS_BENCH_P3_SETTLE_MS,
 #   DS_BENCH_P4_STREAMS  workload knobs read by ds-load (see `ds-load bench --help`)
+#   DS_BENCH_CALIBRATION_SECS  seconds per calibration point (2; 0 skips it)
+#   DS_BENCH_BUSY_RETRIES      repeats of a run that saw a busy machine (2)
+#   DS_LOAD_THREADS      load threads of ds-load's throughput driver (2)
+#   DS_BENCH_LAMBDA=0    skip the Lambda package section (zip sizes, init time)
 #   DS_LOAD_TARGET_DIR   cargo target dir for ds-load (default target-bench)
 set -euo pipefail
 
@@ -66,6 +73,16 @@ trap 'exit 130' INT TERM
 
 # ---- peers, tool, our binary --------------------------------------------------
 bash "$ROOT/bench/peers/install.sh"
+# wrk is the calibration's yardstick for ds-load (Debian package wrk).
+if ! command -v wrk >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    say "installing wrk (apt-get install wrk)"
+    { apt-get install -y -qq wrk || { apt-get update -qq && apt-get install -y -qq wrk; }; } >&2 \
+      || say "WARNING: wrk did not install; the calibration will say so"
+  else
+    say "WARNING: wrk not installed (apt-get install wrk); the calibration will say so"
+  fi
+fi
 NODE_SCRIPT="$HOME_DIR/npm/node-server.mjs"
 DSS_BIN="$HOME_DIR/cargo-dss/bin/durable-streams-server"
 DS_BIN="$HOME_DIR/cargo-ds/bin/durable-streams-server"
@@ -136,11 +153,11 @@ PRE="$RUN/preamble.md"
   echo "| dss-acid | durable | durable-streams-server, \`DS_STORAGE__MODE=acid\` (redb, \`Durability::Immediate\`) |"
   echo "| ds-wal | durable | durable-streams, default \`--durability wal\` (group-commit fdatasync before ack) |"
   echo
-  echo "Method: ratios compare memory modes with memory modes and durable modes with durable ones. Each server runs in a fresh process (and empty data dir) per round; within a round P6 (start-up) → P4 → P1 → P2 → P3. Every workload verifies while it measures: any failed request, or a stream that does not hold exactly the acknowledged 100-byte records (each once, in each writer's order), makes that cell **FAIL** and it is never counted as a result. P3 streams are text/plain (SSE carries the records verbatim), the others application/octet-stream. P4 is VmRSS from /proc/<pid>/status before and after creating the streams (each created holding one 100 B record), divided by their number. P6 cold start is spawn → first successful PUT, polled every 1 ms. P6 binary size is the installed file as is; the Node server has no binary (n/a): node itself is $(size_mb "$NODE_EXE") MB and the installed package tree $NODE_MODULES_MB MB. P6 also gives each binary's size after \`strip\`, since our release profile keeps line tables for profiling. dss runs with its per-stream (10 MB) and total (100 MB) payload limits raised so that no run is cut off by quota."
+  echo "Method: ratios compare memory modes with memory modes and durable modes with durable ones. Each server runs in a fresh process (and empty data dir) per round; within a round P6 (start-up) → P4 → P1 → P7 → P2 → P3. P1 and P7 (the throughput workloads) are driven by ds-load's lean HTTP/1.1 driver: one keep-alive connection per writer, request bytes built once with only the sequence digits patched, no allocation per request; the other workloads use a full HTTP client (reqwest). Every workload verifies while it measures: any failed request, or a stream that does not hold exactly the acknowledged 100-byte records (each once, in each writer's order), makes that cell **FAIL** and it is never counted as a result; P7 reads every acknowledged stream back and it must hold exactly its 100 B record. P3 streams are text/plain (SSE carries the records verbatim), the others application/octet-stream. P4 is VmRSS from /proc/<pid>/status before and after creating the streams (each created holding one 100 B record), divided by their number. P6 cold start is spawn → first successful PUT, polled every 1 ms. P6 binary size is the installed file as is; the Node server has no binary (n/a): node itself is $(size_mb "$NODE_EXE") MB and the installed package tree $NODE_MODULES_MB MB. P6 also gives each binary's size after \`strip\` (ours ships stripped; \`bench/profile.sh\` uses the \`profiling\` profile, which keeps symbols). dss runs with its per-stream (10 MB) and total (100 MB) payload limits raised so that no run is cut off by quota."
 } >"$PRE"
 
 # ---- the run ------------------------------------------------------------------
-say "running: $(cut -f1 "$SERVERS" | paste -sd' ') — rounds ${DS_BENCH_ROUNDS:-3}, workloads ${DS_BENCH_WORKLOADS:-p1,p2,p3,p4,p6}"
+say "running: $(cut -f1 "$SERVERS" | paste -sd' ') — rounds ${DS_BENCH_ROUNDS:-3}, workloads ${DS_BENCH_WORKLOADS:-p1,p2,p3,p4,p6,p7}"
 rc=0
 "$LOAD" bench --servers "$SERVERS" --work-dir "$RUN" --preamble "$PRE" --out "$OUT" >"$RUN/report.md" &
 LOAD_PID=$!
@@ -154,6 +171,12 @@ if [ "$QUICK" != 1 ] && [ "$OURS" = 1 ] && [ "${DS_BENCH_AWS:-1}" != 0 ] \
     && "$OURS_BIN" serve --help 2>&1 | grep -qi -- 'aws'; then
   bash "$ROOT/bench/aws.sh" "$LOAD" "$OURS_BIN" "$RUN" >>"$OUT" || say "WARNING: the --store aws section failed (see $RUN)"
   sed -n '/^## AWS substrate/,$p' "$OUT"
+fi
+
+# ---- Lambda package: zip sizes and init time -----------------------------------
+if [ "$QUICK" != 1 ] && [ "$OURS" = 1 ] && [ "${DS_BENCH_LAMBDA:-1}" != 0 ]; then
+  bash "$ROOT/bench/lambda.sh" "$LOAD" "$RUN" >>"$OUT" || say "WARNING: the Lambda section failed (see $RUN)"
+  sed -n '/^## Lambda package/,$p' "$OUT"
 fi
 
 say "report: $OUT ($(( $(date +%s) - START_S )) s)"

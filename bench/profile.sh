@@ -2,13 +2,13 @@
 # Where does our server's time go on one workload? Runs ours under `perf
 # record` while ds-load drives the workload, then prints perf's report.
 #
-#   bash bench/profile.sh p1 [memory|local]     (p1, p2, p3 or p4)
+#   bash bench/profile.sh p1 [memory|local]     (p1, p2, p3, p4 or p7)
 #
 # Output: $DS_BENCH_HOME/profile-<time>/{perf.data,self.txt,by-crate.txt,load.md}
 # and the top of by-crate.txt / self.txt on stdout. Workload knobs are the
 # DS_BENCH_* variables of bench/bench.sh.
 set -euo pipefail
-WORKLOAD="${1:?usage: bench/profile.sh p1|p2|p3|p4 [memory|local]}"
+WORKLOAD="${1:?usage: bench/profile.sh p1|p2|p3|p4|p7 [memory|local]}"
 STORE="${2:-memory}"
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -20,9 +20,11 @@ command -v perf >/dev/null || { say "perf not found (apt-get install linux-perf)
 
 LOAD_TARGET="${DS_LOAD_TARGET_DIR:-$ROOT/target-bench}"
 CARGO_TARGET_DIR="$LOAD_TARGET" cargo build --release -q -p ds-load >&2
-cargo build --release -q -p durable-streams >&2
+# The `profiling` profile: release code generation with symbols and line
+# tables (the release profile strips them).
+cargo build --profile profiling -q -p durable-streams >&2
 LOAD="$LOAD_TARGET/release/ds-load"
-OURS_BIN="$ROOT/target/release/durable-streams"
+OURS_BIN="$ROOT/target/profiling/durable-streams"
 
 SERVER_PID=""; PERF_PID=""
 cleanup() {
@@ -40,7 +42,7 @@ for _ in $(seq 1 300); do
   curl -sf -X PUT -H 'content-type: application/octet-stream' "http://127.0.0.1:$PORT/v1/stream/probe" >/dev/null 2>&1 && break
   sleep 0.05
 done
-# DWARF call graphs: the release profile keeps line tables but no frame pointers.
+# DWARF call graphs: the profiling profile keeps line tables but no frame pointers.
 perf record -F 999 --call-graph dwarf,16384 -p "$SERVER_PID" -o "$OUT/perf.data" >"$OUT/perf.log" 2>&1 &
 PERF_PID=$!
 sleep 0.5

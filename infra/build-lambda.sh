@@ -21,7 +21,8 @@ cd "$ROOT"
 export PATH="$BIN:$PATH"
 PKGS=()
 for f in "${FUNCTIONS[@]}"; do PKGS+=(--package "$f"); done
-cargo lambda build --release --output-format zip --lambda-dir "$LAMBDA_DIR" "${PKGS[@]}" "$@"
+# --profile lambda: the size-tuned profile in Cargo.toml ([profile.lambda]).
+cargo lambda build --profile lambda --output-format zip --lambda-dir "$LAMBDA_DIR" "${PKGS[@]}" "$@"
 
 for f in "${FUNCTIONS[@]}"; do
   zip="$LAMBDA_DIR/$f/bootstrap.zip"

@@ -4,16 +4,26 @@
 //! shows up as a failure rather than a win.
 //!
 //! Layout: `client` speaks the protocol, `record` makes and checks the
-//! payloads, `workloads` holds P1–P4, `server` spawns servers and measures P6,
-//! `bench` runs the interleaved rounds and `report` renders the tables.
+//! payloads, `workloads` holds P1–P4 and P7, `raw` is the lean HTTP/1.1
+//! driver of the throughput workloads, `server` spawns servers and measures
+//! P6, `calibrate` measures the tool's ceiling against `sink`, `cpu` is the
+//! busy-machine guard, `bench` runs the interleaved rounds and `report`
+//! renders the tables.
 
 pub mod aws;
+pub mod aws_cost;
+pub mod aws_meter;
 pub mod bench;
+pub mod calibrate;
 pub mod client;
+pub mod cpu;
+pub mod lambda;
 pub mod metrics;
+pub mod raw;
 pub mod record;
 pub mod report;
 pub mod server;
+pub mod sink;
 pub mod sse;
 pub mod stats;
 pub mod workloads;

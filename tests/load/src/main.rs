@@ -1,11 +1,13 @@
-//! ds-load CLI. `run` drives one already-running server once; `bench` spawns
-//! every server of a servers file for several interleaved rounds and writes
-//! the markdown report. Knobs also come from DS_BENCH_* environment variables
+//! ds-load CLI. `run` drives one already-running server once; `bench`
+//! calibrates against the trivial server (`sink`), then spawns every server
+//! of a servers file for several interleaved rounds and writes the markdown
+//! report. Knobs also come from DS_BENCH_* environment variables
 //! so `make bench` can be tuned without editing scripts.
 
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 use ds_load::bench::{self, Workloads};
+use ds_load::calibrate;
 use ds_load::server::{parse_servers, Class, ServerSpec};
 use ds_load::workloads::{unique_tag, Params};
 use std::path::PathBuf;
@@ -28,7 +30,7 @@ enum Cmd {
         /// Path prefix of stream URLs ("/v1/stream"; "" for streams at /<name>).
         #[arg(long, default_value = "/v1/stream")]
         prefix: String,
-        /// Comma-separated: p1,p2,p3,p4 (p4 needs --pid).
+        /// Comma-separated: p1,p2,p3,p4,p7 (p4 needs --pid).
         #[arg(long, default_value = "p1,p2,p3")]
         workloads: String,
         /// Server PID, for P4's resident-memory measurement.
@@ -50,6 +52,62 @@ enum Cmd {
         #[arg(long, default_value_t = 100)]
         ops: usize,
     },
+    /// The trivial server the calibration measures against (reads each
+    /// body, answers 204); runs until killed.
+    Sink {
+        #[arg(long, default_value = "127.0.0.1:0")]
+        bind: String,
+    },
+    /// Only the calibration: ds-load's (and wrk's) ceiling against the sink.
+    Calibrate {
+        #[arg(long, env = "DS_BENCH_CALIBRATION_SECS", default_value_t = 2.0)]
+        secs: f64,
+        /// Concurrencies, comma-separated.
+        #[arg(long, default_value = "1,16,64")]
+        concurrency: String,
+        /// Scratch directory (wrk's script).
+        #[arg(long, default_value = "/tmp")]
+        work_dir: PathBuf,
+    },
+    /// Lambda init time of a built bootstrap under a stand-in Runtime API;
+    /// prints one markdown table row (see bench/lambda.sh).
+    LambdaInit {
+        /// Function name for the row.
+        #[arg(long)]
+        name: String,
+        /// The deployment zip (its size is reported).
+        #[arg(long)]
+        zip: PathBuf,
+        /// The unzipped `bootstrap` executable.
+        #[arg(long)]
+        bootstrap: PathBuf,
+        #[arg(long, value_enum)]
+        probe: ds_load::lambda::Probe,
+        #[arg(long, env = "DS_BENCH_LAMBDA_RUNS", default_value_t = 10)]
+        runs: usize,
+        /// The function's stdout/stderr, appended.
+        #[arg(long)]
+        log: PathBuf,
+    },
+    /// AWS cost per operation: starts ours on `--store aws` behind a
+    /// metering proxy to the emulator (`AWS_ENDPOINT_URL`) and prices what
+    /// each operation used (`make aws-calls`).
+    AwsCost {
+        /// Our server's command line; `{port}` is substituted.
+        #[arg(long)]
+        server: String,
+        /// Repetitions of each short operation.
+        #[arg(long, default_value_t = 20)]
+        ops: usize,
+        /// Seconds the idle long-poll reader is watched (scaled to a minute).
+        #[arg(long, env = "DS_AWS_COST_IDLE_SECS", default_value_t = 60.0)]
+        idle_secs: f64,
+        /// Lambda memory size the held time is priced at (template.yaml).
+        #[arg(long, default_value_t = 512.0)]
+        memory_mb: f64,
+        #[arg(long, default_value = "/tmp")]
+        work_dir: PathBuf,
+    },
     /// Spawn each server of a servers file, round after round, and report.
     Bench {
         /// Tab-separated servers file (see server::parse_servers).
@@ -57,8 +115,8 @@ enum Cmd {
         servers: PathBuf,
         #[arg(long, env = "DS_BENCH_ROUNDS", default_value_t = 3)]
         rounds: usize,
-        /// Comma-separated: p1,p2,p3,p4,p6.
-        #[arg(long, env = "DS_BENCH_WORKLOADS", default_value = "p1,p2,p3,p4,p6")]
+        /// Comma-separated: p1,p2,p3,p4,p6,p7.
+        #[arg(long, env = "DS_BENCH_WORKLOADS", default_value = "p1,p2,p3,p4,p6,p7")]
         workloads: String,
         /// Only these servers (comma-separated names); default all.
         #[arg(long, env = "DS_BENCH_ONLY")]
@@ -72,6 +130,9 @@ enum Cmd {
         /// Also write the report here (it is always printed).
         #[arg(long)]
         out: Option<PathBuf>,
+        /// Seconds per calibration point; 0 skips the calibration.
+        #[arg(long, env = "DS_BENCH_CALIBRATION_SECS", default_value_t = 2.0)]
+        calibration_secs: f64,
         #[command(flatten)]
         knobs: Knobs,
     },
@@ -79,7 +140,7 @@ enum Cmd {
 
 #[derive(Args)]
 struct Knobs {
-    /// P1: seconds per append run.
+    /// P1 and P7: seconds per append (create) run.
     #[arg(long, env = "DS_BENCH_P1_SECS", default_value_t = 3.0)]
     p1_secs: f64,
     /// P1: writers in the concurrent runs (and streams in the many-streams run).
@@ -166,7 +227,38 @@ async fn dispatch(cli: Cli) -> Result<i32> {
             println!("{}", ds_load::aws::calls_per_op(&base, &prefix, &calls_url, ops).await?);
             Ok(0)
         }
-        Cmd::Bench { servers, rounds, workloads, only, work_dir, preamble, out, knobs } => {
+        Cmd::Sink { bind } => {
+            let listener = tokio::net::TcpListener::bind(&bind).await?;
+            eprintln!("sink listening on {}", listener.local_addr()?);
+            ds_load::sink::serve(listener).await?;
+            Ok(0)
+        }
+        Cmd::Calibrate { secs, concurrency, work_dir } => {
+            let cs: Vec<usize> = concurrency.split(',').filter_map(|c| c.trim().parse().ok()).collect();
+            let threads = ds_load::workloads::append::load_threads();
+            let cal = calibrate::run(&cs, secs, threads, &work_dir).await?;
+            println!("{}", cal.markdown());
+            Ok(0)
+        }
+        Cmd::LambdaInit { name, zip, bootstrap, probe, runs, log } => {
+            let mb = |p: &PathBuf| std::fs::metadata(p).map(|m| m.len() as f64 / 1e6);
+            let (zip_mb, bin_mb) = (mb(&zip)?, mb(&bootstrap)?);
+            let times = ds_load::lambda::init_times(&bootstrap, probe, runs, &log).await?;
+            let (min, max) = ds_load::stats::min_max(&times);
+            println!(
+                "| {name} | {zip_mb:.2} | {bin_mb:.2} | {:.1} | {min:.1}–{max:.1} | {} | answered correctly ({probe:?} probe) |",
+                ds_load::stats::median(&times),
+                times.len()
+            );
+            Ok(0)
+        }
+        Cmd::AwsCost { server, ops, idle_secs, memory_mb, work_dir } => {
+            let proxy = ds_load::aws_meter::start_from_env().await?;
+            let p = ds_load::aws_cost::CostParams { ops, idle: Duration::from_secs_f64(idle_secs), memory_mb };
+            println!("{}", ds_load::aws_cost::run(&server, &proxy, &p, &work_dir).await?);
+            Ok(0)
+        }
+        Cmd::Bench { servers, rounds, workloads, only, work_dir, preamble, out, calibration_secs, knobs } => {
             let text = std::fs::read_to_string(&servers).with_context(|| format!("reading {}", servers.display()))?;
             let mut specs = parse_servers(&text)?;
             if let Some(only) = only {
@@ -176,7 +268,16 @@ async fn dispatch(cli: Cli) -> Result<i32> {
             anyhow::ensure!(!specs.is_empty(), "no servers to run");
             std::fs::create_dir_all(&work_dir)?;
             let wl = parse_workloads(&workloads);
-            let results = bench::run(&specs, &knobs.params(), rounds.max(1), &wl, &work_dir).await;
+            let params = knobs.params();
+            let calibration = if calibration_secs > 0.0 {
+                eprintln!("calibrating the load tool against the trivial server ...");
+                let cs = [1, ds_load::workloads::create::CREATE_IN_FLIGHT, params.p1_concurrency];
+                let threads = ds_load::workloads::append::load_threads();
+                Some(calibrate::run(&cs, calibration_secs, threads, &work_dir).await.context("calibration")?)
+            } else {
+                None
+            };
+            let results = bench::run(&specs, &params, rounds.max(1), &wl, &work_dir, calibration).await;
             let mut pre = match &preamble {
                 Some(p) => std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?,
                 None => "# Durable Streams benchmark\n".to_string(),

@@ -16,6 +16,7 @@ pub enum Metric {
     P6ColdStart,
     P6BinarySize,
     P6StrippedSize,
+    P7CreatesPerSec,
 }
 
 pub struct Info {
@@ -27,7 +28,7 @@ pub struct Info {
 }
 
 impl Metric {
-    pub const ALL: [Metric; 13] = [
+    pub const ALL: [Metric; 14] = [
         Metric::P1OneStreamC1,
         Metric::P1OneStreamC64,
         Metric::P1ManyStreams,
@@ -41,6 +42,7 @@ impl Metric {
         Metric::P6ColdStart,
         Metric::P6BinarySize,
         Metric::P6StrippedSize,
+        Metric::P7CreatesPerSec,
     ];
 
     pub fn info(self) -> Info {
@@ -58,6 +60,7 @@ impl Metric {
             Metric::P6ColdStart => ("P6 cold start, spawn → first successful PUT", "ms", false, 1),
             Metric::P6BinarySize => ("P6 binary size on disk, as installed/built", "MB", false, 1),
             Metric::P6StrippedSize => ("P6 binary size, stripped (strip -o)", "MB", false, 1),
+            Metric::P7CreatesPerSec => ("P7 stream creates, PUT with a 100 B body, 16 in flight", "creates/s", true, 0),
         };
         Info { title, unit, higher_is_better, decimals }
     }
@@ -70,6 +73,18 @@ impl Metric {
             Metric::P3LongPollP50 | Metric::P3LongPollP99 | Metric::P3SseP50 | Metric::P3SseP99 => "p3",
             Metric::P4RssPerStream => "p4",
             Metric::P6ColdStart | Metric::P6BinarySize | Metric::P6StrippedSize => "p6",
+            Metric::P7CreatesPerSec => "p7",
+        }
+    }
+
+    /// Requests in flight of a throughput metric (what the calibration
+    /// ceiling is compared at); None for the others.
+    pub fn concurrency(self, p1_concurrency: usize) -> Option<usize> {
+        match self {
+            Metric::P1OneStreamC1 => Some(1),
+            Metric::P1OneStreamC64 | Metric::P1ManyStreams => Some(p1_concurrency),
+            Metric::P7CreatesPerSec => Some(crate::workloads::create::CREATE_IN_FLIGHT),
+            _ => None,
         }
     }
 

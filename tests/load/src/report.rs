@@ -3,6 +3,7 @@
 //! (memory vs memory, durable vs durable).
 
 use crate::bench::Results;
+use crate::cpu::{is_busy, BUSY_LIMIT};
 use crate::metrics::Metric;
 use crate::server::{Class, ServerSpec};
 use crate::stats::{median, min_max};
@@ -82,6 +83,12 @@ fn ratio(results: &Results, specs: &[ServerSpec], m: Metric, class: Class) -> Op
     if best_v == 0.0 || ours_v == 0.0 || ours_v.signum() != best_v.signum() {
         return text(format!("n/a (ours {ours_v:.1}, {best_name} {best_v:.1})"));
     }
+    let bound: Vec<&str> = [("ours", ours_v), (best_name, best_v)]
+        .into_iter()
+        .filter(|(_, v)| results.load_bound(m, *v))
+        .map(|(n, _)| n)
+        .collect();
+    let bound = if bound.is_empty() { String::new() } else { format!("; load-bound: {}", bound.join(", ")) };
     let r = ours_v / best_v;
     // Factor by which ours is better (>1) or worse (<1), whatever the direction.
     let goodness = if info.higher_is_better { r } else { 1.0 / r };
@@ -92,7 +99,7 @@ fn ratio(results: &Results, specs: &[ServerSpec], m: Metric, class: Class) -> Op
     } else {
         format!("{:.2}× worse than {best_name}", 1.0 / goodness)
     };
-    Some(Ratio { text: format!("{r:.2} ({words})"), behind: Some(1.0 / goodness) })
+    Some(Ratio { text: format!("{r:.2} ({words}{bound})"), behind: Some(1.0 / goodness) })
 }
 
 fn fmt(v: f64, decimals: usize) -> String {
@@ -127,6 +134,7 @@ pub fn markdown(results: &Results, specs: &[ServerSpec], preamble: &str) -> Stri
     let mut md = String::new();
     md.push_str(preamble.trim_end());
     md.push_str("\n\n");
+    guard_lines(&mut md, results);
     let measured: Vec<Metric> =
         Metric::ALL.into_iter().filter(|&m| (0..specs.len()).any(|i| !results.get(i, m).is_empty())).collect();
 
@@ -136,6 +144,48 @@ pub fn markdown(results: &Results, specs: &[ServerSpec], preamble: &str) -> Stri
     }
     tables(&mut md, results, specs, &measured);
     md
+}
+
+/// The calibration line and the busy-machine verdict, before any figure.
+fn guard_lines(md: &mut String, results: &Results) {
+    match &results.calibration {
+        Some(cal) => md.push_str(&cal.markdown()),
+        None => md.push_str("**Calibration:** not run (no load-bound check on these figures)."),
+    }
+    md.push_str("\n\n");
+    let (busy, runs) = results.busy_runs();
+    let cal_busy = results
+        .calibration
+        .as_ref()
+        .map_or(0, |c| c.tool.iter().chain(c.wrk.iter().map(|(_, p)| p)).filter(|p| is_busy(p.others)).count());
+    let _ = write!(
+        md,
+        "**Busy-machine guard:** other processes' CPU is measured during every run (`/proc/stat` minus the server's and ds-load's own); runs above {BUSY_LIMIT} core are repeated up to {} times and the quietest kept. ",
+        std::env::var("DS_BENCH_BUSY_RETRIES").unwrap_or_else(|_| "2".into())
+    );
+    if busy + cal_busy == 0 {
+        let _ = writeln!(md, "All {runs} measured runs were quiet.\n");
+    } else {
+        let _ = writeln!(
+            md,
+            "**NOT A QUIET-MACHINE REPORT: {busy} of {runs} runs{} still had other work above {BUSY_LIMIT} core (marked ⚠ in the tables).**\n",
+            if cal_busy > 0 { format!(" and {cal_busy} calibration runs") } else { String::new() }
+        );
+    }
+}
+
+/// The others' CPU of each run behind a cell, busy ones marked.
+fn others_cell(results: &Results, server: usize, m: Metric) -> String {
+    let v: Vec<String> = results
+        .others(server, m)
+        .iter()
+        .map(|o| match o {
+            Some(o) if is_busy(Some(*o)) => format!("{o:.2}⚠"),
+            Some(o) => format!("{o:.2}"),
+            None => "–".into(),
+        })
+        .collect();
+    v.join(" ")
 }
 
 fn summary(md: &mut String, results: &Results, specs: &[ServerSpec], measured: &[Metric]) {
@@ -176,7 +226,7 @@ fn tables(md: &mut String, results: &Results, specs: &[ServerSpec], measured: &[
         let dir = if info.higher_is_better { "higher is better" } else { "lower is better" };
         let _ = writeln!(md, "\n### {} — {}, {dir}\n", info.title, info.unit);
         md.push_str(
-            "| class | server | median | min–max | rounds | ours ÷ best peer |\n|---|---|---:|---:|---:|---|\n",
+            "| class | server | median | min–max | rounds | others' CPU per run (cores) | ours ÷ best peer |\n|---|---|---:|---:|---:|---|---|\n",
         );
         for class in classes {
             for (i, s) in specs.iter().enumerate().filter(|(_, s)| s.class == class) {
@@ -187,7 +237,11 @@ fn tables(md: &mut String, results: &Results, specs: &[ServerSpec], measured: &[
                         ("**FAIL**".to_string(), escape(&first), format!("{failed}/{total} failed"))
                     }
                     Cell::Ok { median, min, max, n } => (
-                        fmt(median, info.decimals),
+                        if results.load_bound(m, median) {
+                            format!("{} **load-bound**", fmt(median, info.decimals))
+                        } else {
+                            fmt(median, info.decimals)
+                        },
                         format!("{}–{}", fmt(min, info.decimals), fmt(max, info.decimals)),
                         n.to_string(),
                     ),
@@ -197,7 +251,8 @@ fn tables(md: &mut String, results: &Results, specs: &[ServerSpec], measured: &[
                 } else {
                     String::new()
                 };
-                let _ = writeln!(md, "| {} | {name} | {med} | {range} | {rounds} | {r} |", class.label());
+                let others = others_cell(results, i, m);
+                let _ = writeln!(md, "| {} | {name} | {med} | {range} | {rounds} | {others} | {r} |", class.label());
             }
         }
     }
@@ -206,7 +261,7 @@ fn tables(md: &mut String, results: &Results, specs: &[ServerSpec], measured: &[
 /// One attached run (`ds-load run`): each metric's value, or FAIL and why.
 pub fn single(results: &Results, spec: &ServerSpec, knobs: &str) -> String {
     let mut md = format!(
-        "# ds-load run against {}{}\n\n{knobs}\n\n| metric | value | unit |\n|---|---:|---|\n",
+        "# ds-load run against {}{}\n\n{knobs}\n\n| metric | value | unit | others' CPU (cores) |\n|---|---:|---|---|\n",
         spec.name, spec.prefix
     );
     for m in Metric::ALL {
@@ -216,7 +271,7 @@ pub fn single(results: &Results, spec: &ServerSpec, knobs: &str) -> String {
             Cell::Failed { first, .. } => format!("**FAIL**: {}", escape(&first)),
             Cell::Ok { median, .. } => fmt(median, info.decimals),
         };
-        let _ = writeln!(md, "| {} | {v} | {} |", info.title, info.unit);
+        let _ = writeln!(md, "| {} | {v} | {} | {} |", info.title, info.unit, others_cell(results, 0, m));
     }
     let verdict = if results.any_failed(0) {
         "RESULT: FAIL (a request failed or a stream does not hold exactly the acknowledged appends)"

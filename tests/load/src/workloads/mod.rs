@@ -3,6 +3,7 @@
 //! stream does not hold exactly the acknowledged appends.
 
 pub mod append;
+pub mod create;
 pub mod live;
 pub mod memory;
 pub mod read;

@@ -1,0 +1,337 @@
+//! The lean HTTP/1.1 driver behind the throughput workloads (P1, P7) and the
+//! calibration: one keep-alive TCP connection per writer, the request bytes
+//! built once per connection and only their sequence digits patched in place
+//! before each send, responses parsed with `httparse` into a buffer that is
+//! reused. Nothing is allocated per request, so the tool's own CPU per
+//! request stays close to wrk's and the server, not the tool, sets the rate.
+//!
+//! reqwest (`client`) is still what creates streams and reads them back for
+//! verification and what the latency workloads use: its per-request cost
+//! (pool, URL, header maps) does not matter there.
+
+use anyhow::{anyhow, bail, Context, Result};
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// Width of every patched decimal field (the record's sequence number and,
+/// for creates, the stream name's counter).
+pub const SEQ_DIGITS: usize = 12;
+
+/// One request, serialized once; `patches` are the offsets of the
+/// `SEQ_DIGITS`-wide decimal fields rewritten with the sequence number
+/// before each send.
+#[derive(Clone, Debug)]
+pub struct Template {
+    bytes: Vec<u8>,
+    patches: Vec<usize>,
+}
+
+impl Template {
+    /// `{method} {path} HTTP/1.1` with a body; every occurrence of `marker`
+    /// (exactly `SEQ_DIGITS` bytes) in the path or body becomes a patch point.
+    pub fn new(method: &str, host: &str, path: &str, content_type: &str, body: &[u8], marker: &[u8]) -> Result<Self> {
+        if marker.len() != SEQ_DIGITS {
+            bail!("patch marker must be {SEQ_DIGITS} bytes");
+        }
+        let mut bytes = format!(
+            "{method} {path} HTTP/1.1\r\nhost: {host}\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\n\r\n",
+            body.len()
+        )
+        .into_bytes();
+        bytes.extend_from_slice(body);
+        let patches: Vec<usize> =
+            bytes.windows(SEQ_DIGITS).enumerate().filter(|(_, w)| *w == marker).map(|(i, _)| i).collect();
+        Ok(Self { bytes, patches })
+    }
+
+    /// Writes `seq` (zero-padded) into every patch point.
+    pub fn set_seq(&mut self, mut seq: u64) {
+        let mut digits = [b'0'; SEQ_DIGITS];
+        for d in digits.iter_mut().rev() {
+            *d = b'0' + (seq % 10) as u8;
+            seq /= 10;
+        }
+        for &at in &self.patches {
+            self.bytes[at..at + SEQ_DIGITS].copy_from_slice(&digits);
+        }
+    }
+
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+}
+
+/// What the workloads check of a response.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Reply {
+    pub status: u16,
+    /// The response carried `Stream-Next-Offset`.
+    pub next_offset: bool,
+}
+
+/// One keep-alive connection; reconnects if the server closed it.
+pub struct Conn {
+    addr: SocketAddr,
+    stream: Option<TcpStream>,
+    buf: Vec<u8>,
+    /// Bytes of `buf` holding data not consumed yet.
+    filled: usize,
+}
+
+const MAX_HEADERS: usize = 32;
+const MAX_RESPONSE_HEAD: usize = 64 * 1024;
+
+impl Conn {
+    pub fn new(addr: SocketAddr) -> Self {
+        Self { addr, stream: None, buf: vec![0; 16 * 1024], filled: 0 }
+    }
+
+    async fn stream(&mut self) -> Result<&mut TcpStream> {
+        if self.stream.is_none() {
+            let s = TcpStream::connect(self.addr).await.with_context(|| format!("connecting to {}", self.addr))?;
+            s.set_nodelay(true)?;
+            self.stream = Some(s);
+            self.filled = 0;
+        }
+        self.stream.as_mut().ok_or_else(|| anyhow!("no connection"))
+    }
+
+    /// Sends one request and reads its whole response (the body is
+    /// discarded: the throughput workloads verify by reading streams back).
+    pub async fn exchange(&mut self, request: &[u8]) -> Result<Reply> {
+        self.stream().await?.write_all(request).await.context("sending the request")?;
+        let (reply, head_len, body, close) = loop {
+            if let Some(parsed) = parse_head(&self.buf[..self.filled])? {
+                break parsed;
+            }
+            if self.filled == self.buf.len() {
+                if self.buf.len() >= MAX_RESPONSE_HEAD {
+                    bail!("response head larger than {MAX_RESPONSE_HEAD} bytes");
+                }
+                self.buf.resize(self.buf.len() * 2, 0);
+            }
+            self.read_more().await?;
+        };
+        self.consume(head_len);
+        match body {
+            Body::None => {}
+            Body::Length(n) => self.skip(n).await?,
+            Body::Chunked => self.skip_chunked().await?,
+        }
+        if close {
+            self.stream = None;
+        }
+        Ok(reply)
+    }
+
+    async fn read_more(&mut self) -> Result<()> {
+        let filled = self.filled;
+        let stream = self.stream.as_mut().ok_or_else(|| anyhow!("no connection"))?;
+        let n = stream.read(&mut self.buf[filled..]).await.context("reading the response")?;
+        if n == 0 {
+            self.stream = None;
+            bail!("connection closed by the server mid-response");
+        }
+        self.filled += n;
+        Ok(())
+    }
+
+    fn consume(&mut self, n: usize) {
+        self.buf.copy_within(n..self.filled, 0);
+        self.filled -= n;
+    }
+
+    async fn skip(&mut self, mut n: usize) -> Result<()> {
+        loop {
+            let take = n.min(self.filled);
+            self.consume(take);
+            n -= take;
+            if n == 0 {
+                return Ok(());
+            }
+            self.read_more().await?;
+        }
+    }
+
+    async fn skip_chunked(&mut self) -> Result<()> {
+        loop {
+            let (head, size) = loop {
+                match httparse::parse_chunk_size(&self.buf[..self.filled]) {
+                    Ok(httparse::Status::Complete((head, size))) => break (head, size as usize),
+                    Ok(httparse::Status::Partial) => self.read_more().await?,
+                    Err(_) => bail!("bad chunk size line"),
+                }
+            };
+            self.consume(head);
+            // Chunk data and its CRLF; the last chunk (size 0) ends with an
+            // empty trailer line (servers here send no trailers).
+            self.skip(size + 2).await?;
+            if size == 0 {
+                return Ok(());
+            }
+        }
+    }
+}
+
+enum Body {
+    None,
+    Length(usize),
+    Chunked,
+}
+
+/// Parses a complete response head: the reply, the head's length, how the
+/// body is delimited and whether the server closes the connection.
+fn parse_head(buf: &[u8]) -> Result<Option<(Reply, usize, Body, bool)>> {
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut resp = httparse::Response::new(&mut headers);
+    let head_len = match resp.parse(buf).map_err(|e| anyhow!("bad response head: {e}"))? {
+        httparse::Status::Complete(n) => n,
+        httparse::Status::Partial => return Ok(None),
+    };
+    let status = resp.code.ok_or_else(|| anyhow!("no status code"))?;
+    let (mut length, mut chunked, mut close, mut next_offset) = (None, false, false, false);
+    for h in resp.headers.iter() {
+        if h.name.eq_ignore_ascii_case("content-length") {
+            let v = std::str::from_utf8(h.value).ok().and_then(|v| v.trim().parse::<usize>().ok());
+            length = Some(v.ok_or_else(|| anyhow!("bad content-length"))?);
+        } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
+            chunked = h.value.eq_ignore_ascii_case(b"chunked");
+        } else if h.name.eq_ignore_ascii_case("connection") {
+            close = h.value.eq_ignore_ascii_case(b"close");
+        } else if h.name.eq_ignore_ascii_case("stream-next-offset") {
+            next_offset = true;
+        }
+    }
+    let body = if status == 204 || status == 304 || (100..200).contains(&status) {
+        Body::None
+    } else if chunked {
+        Body::Chunked
+    } else if let Some(n) = length {
+        Body::Length(n)
+    } else {
+        bail!("HTTP {status} response without a length (close-delimited bodies are not supported)");
+    };
+    Ok(Some((Reply { status, next_offset }, head_len, body, close)))
+}
+
+/// `127.0.0.1:port` of an `http://127.0.0.1:port` base URL.
+pub fn socket_addr(base: &str) -> Result<SocketAddr> {
+    let host = base.trim_start_matches("http://").trim_end_matches('/');
+    host.parse().with_context(|| format!("{base} is not http://<ip>:<port>"))
+}
+
+/// Acknowledged requests per connection, and how long the run took (until
+/// the last in-flight request was answered).
+#[derive(Debug)]
+pub struct Run {
+    pub acked: Vec<u64>,
+    pub elapsed: Duration,
+}
+
+impl Run {
+    pub fn rate(&self) -> f64 {
+        self.acked.iter().sum::<u64>() as f64 / self.elapsed.as_secs_f64()
+    }
+}
+
+/// Drives one connection per template until `duration` has passed, each
+/// sending its next request as soon as the previous one is answered, on
+/// `threads` OS threads with a single-threaded runtime each (like wrk's
+/// `-t`). `check` judges every reply; the first failure stops that
+/// connection and fails the run after the others finish.
+pub async fn drive(
+    addr: SocketAddr,
+    templates: Vec<Template>,
+    duration: Duration,
+    threads: usize,
+    check: fn(&Reply) -> Result<()>,
+) -> Result<Run> {
+    let n = templates.len();
+    let threads = threads.clamp(1, n.max(1));
+    let start = Instant::now();
+    let deadline = start + duration;
+    let mut groups: Vec<Vec<(usize, Template)>> = (0..threads).map(|_| Vec::new()).collect();
+    for (i, t) in templates.into_iter().enumerate() {
+        groups[i % threads].push((i, t));
+    }
+    let handles: Vec<_> = groups
+        .into_iter()
+        .map(|group| {
+            std::thread::spawn(move || -> Result<Vec<(usize, u64, Option<anyhow::Error>)>> {
+                let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+                Ok(rt.block_on(futures::future::join_all(group.into_iter().map(|(i, t)| async move {
+                    let (acked, err) = one_connection(addr, t, deadline, check).await;
+                    (i, acked, err)
+                }))))
+            })
+        })
+        .collect();
+    let mut acked = vec![0u64; n];
+    let mut errors = Vec::new();
+    for h in handles {
+        let joined = tokio::task::spawn_blocking(move || h.join()).await?;
+        let results = joined.map_err(|_| anyhow!("a load thread panicked"))??;
+        for (i, a, e) in results {
+            acked[i] = a;
+            errors.extend(e);
+        }
+    }
+    let elapsed = start.elapsed();
+    if let Some(first) = errors.first() {
+        bail!("{} of {n} connections saw a failed request; first: {first:#}", errors.len());
+    }
+    Ok(Run { acked, elapsed })
+}
+
+async fn one_connection(
+    addr: SocketAddr,
+    mut t: Template,
+    deadline: Instant,
+    check: fn(&Reply) -> Result<()>,
+) -> (u64, Option<anyhow::Error>) {
+    let mut conn = Conn::new(addr);
+    let mut acked = 0u64;
+    while Instant::now() < deadline {
+        t.set_seq(acked + 1);
+        match conn.exchange(t.bytes()).await.and_then(|r| check(&r)) {
+            Ok(()) => acked += 1,
+            Err(e) => return (acked, Some(e)),
+        }
+    }
+    (acked, None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn patches_every_marker() {
+        let mut t =
+            Template::new("PUT", "h", "/s/x-XXXXXXXXXXXX", "text/plain", b"body XXXXXXXXXXXX.", b"XXXXXXXXXXXX")
+                .expect("template");
+        t.set_seq(42);
+        let text = String::from_utf8(t.bytes().to_vec()).expect("utf8");
+        assert!(text.starts_with("PUT /s/x-000000000042 HTTP/1.1\r\n"), "{text}");
+        assert!(text.ends_with("\r\n\r\nbody 000000000042."), "{text}");
+        assert!(text.contains("content-length: 18\r\n"), "{text}");
+    }
+
+    #[test]
+    fn parses_heads() {
+        let head = b"HTTP/1.1 204 No Content\r\nStream-Next-Offset: 1\r\n\r\n";
+        let with_more = [&head[..], b"rest"].concat();
+        let (r, len, body, close) = parse_head(&with_more).expect("ok").expect("complete");
+        assert_eq!(r, Reply { status: 204, next_offset: true });
+        assert_eq!(len, head.len(), "the head ends where the next bytes begin");
+        assert!(matches!(body, Body::None) && !close);
+        let (_, _, body, close) = parse_head(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\nconnection: close\r\n\r\n")
+            .expect("ok")
+            .expect("complete");
+        assert!(matches!(body, Body::Length(5)) && close);
+        assert!(parse_head(b"HTTP/1.1 200 OK\r\ncontent-le").expect("ok").is_none());
+        assert!(parse_head(b"HTTP/1.1 200 OK\r\n\r\n").is_err(), "close-delimited body refused");
+    }
+}
