@@ -9,7 +9,8 @@
 # trusts a test certificate authority for an https:// base URL.
 # Installs the pinned suite from npm into ${DS_CONFORMANCE_HOME:-~/.cache/ds-conformance}
 # once, then runs it. Last line: "N passed, N failed, N skipped". Failed tests are
-# listed on stderr ("FAILED: ..."), and skipped ones too with DS_CONFORMANCE_LIST_SKIPPED=1.
+# listed on stderr ("FAILED: ... (ms)" with the reason), skipped ones too with
+# DS_CONFORMANCE_LIST_SKIPPED=1, and the N slowest with DS_CONFORMANCE_SLOWEST=N.
 # Exit: 0 all passed, 1 failures, 2 usage/install/runner error.
 set -uo pipefail
 
@@ -96,8 +97,17 @@ RC=$?
 node -e '
   const r = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"));
   for (const f of r.testResults ?? []) for (const a of f.assertionResults ?? [])
-    if (a.status === "failed") console.error("FAILED: " + a.fullName + "\n    " + String((a.failureMessages ?? [])[0] ?? "").split("\n")[0]);
+    if (a.status === "failed") {
+      // vitest puts "Error: STACK_TRACE_ERROR" first for some failures (a timeout among them): show the lines that say why.
+      const why = String((a.failureMessages ?? [])[0] ?? "").split("\n").filter(l => l.trim() && !l.includes("STACK_TRACE_ERROR")).slice(0, 2);
+      console.error("FAILED: " + a.fullName + " (" + Math.round(a.duration ?? 0) + " ms)\n    " + why.join("\n    "));
+    }
     else if (a.status !== "passed" && process.env.DS_CONFORMANCE_LIST_SKIPPED) console.error("SKIPPED: " + a.fullName);
+  if (process.env.DS_CONFORMANCE_SLOWEST) {
+    const all = (r.testResults ?? []).flatMap(f => f.assertionResults ?? []).filter(a => a.duration != null);
+    all.sort((x, y) => y.duration - x.duration);
+    for (const a of all.slice(0, Number(process.env.DS_CONFORMANCE_SLOWEST))) console.error("SLOW: " + Math.round(a.duration) + " ms " + a.fullName);
+  }
   console.log(`${r.numPassedTests} passed, ${r.numFailedTests} failed, ${(r.numPendingTests ?? 0) + (r.numTodoTests ?? 0)} skipped`);
   process.exit(r.numFailedTests > 0 ? 1 : 0);
 ' "$OUT/results.json"
