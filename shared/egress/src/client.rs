@@ -174,7 +174,8 @@ pub fn check_url(url: &str, allow_loopback: bool) -> Result<Url, EgressError> {
 /// literals.
 pub fn check_url_for(url: &str, allow_loopback: bool, allow_http_loopback: bool) -> Result<Url, EgressError> {
     let parsed = Url::parse(url).map_err(|e| EgressError::BadUrl(e.to_string()))?;
-    if !parsed.username().is_empty() || parsed.password().is_some() {
+    let web = matches!(parsed.scheme(), "https" | "http");
+    if !web || !parsed.username().is_empty() || parsed.password().is_some() {
         return Err(EgressError::NotHttps);
     }
     let literal: Option<std::net::IpAddr> = match parsed.host() {
