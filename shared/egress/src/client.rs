@@ -54,7 +54,9 @@ impl Default for EgressConfig {
 pub enum EgressError {
     #[error("not a valid URL: {0}")]
     BadUrl(String),
-    #[error("only https:// URLs without user info are allowed (http:// only to localhost or 127.0.0.0/8 in development)")]
+    #[error(
+        "only https:// URLs without user info are allowed (http:// only to localhost or 127.0.0.0/8 in development)"
+    )]
     NotHttps,
     #[error("{host} is {reason}; refused before connecting")]
     Forbidden { host: String, reason: Forbidden },

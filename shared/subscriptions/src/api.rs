@@ -126,7 +126,13 @@ impl Subscriptions {
 
     /// A new instance of `id`, its explicit streams and the streams its
     /// pattern matches linked at their current tails (§6.2 backfill).
-    async fn new_record(&self, id: &str, config: Config, hash: String, base_url: &str) -> SubResult<SubscriptionRecord> {
+    async fn new_record(
+        &self,
+        id: &str,
+        config: Config,
+        hash: String,
+        base_url: &str,
+    ) -> SubResult<SubscriptionRecord> {
         let mut rec = SubscriptionRecord {
             id: id.to_owned(),
             instance: uuid::Uuid::new_v4().simple().to_string(),
@@ -164,7 +170,9 @@ impl Subscriptions {
                 let tail = crate::record::Tail { incarnation: meta.incarnation.clone(), tail: meta.tail };
                 rec.link(&meta.path, false, Some(&tail));
                 if rec.links.len() > MAX_LINKS {
-                    return Err(SubscriptionError::TooLarge(format!("a subscription links at most {MAX_LINKS} streams")));
+                    return Err(SubscriptionError::TooLarge(format!(
+                        "a subscription links at most {MAX_LINKS} streams"
+                    )));
                 }
             }
             match page.last() {
@@ -224,7 +232,8 @@ impl Subscriptions {
     /// `POST …/{id}/streams` (§6.4): explicit links at the current tails.
     pub async fn add_streams(&self, id: &str, body: &[u8]) -> SubResult<()> {
         config::validate_id(id)?;
-        let paths = config::normalize_streams("streams", json_body::<StreamsBody>(body, "{\"streams\": [...]}")?.streams)?;
+        let paths =
+            config::normalize_streams("streams", json_body::<StreamsBody>(body, "{\"streams\": [...]}")?.streams)?;
         let at = self.read_tails(paths.iter()).await?;
         self.transition(id, |rec, _, _, _| {
             let new = paths.iter().filter(|p| !rec.links.contains_key(*p)).count();

@@ -235,17 +235,25 @@ mod tests {
         assert!(err(r#"{"type":"webhook","pattern":"a/*"}"#).contains("webhook.url"));
         assert!(err(r#"{"type":"pull-wake","pattern":"a/*"}"#).contains("wake_stream"));
         assert!(err(r#"{"type":"pull-wake","pattern":"a/*","wake_stream":"__ds/x"}"#).contains("reserved"));
-        assert!(err(r#"{"type":"webhook","streams":["a/../b"],"webhook":{"url":"https://x.test"}}"#).contains("streams"));
+        assert!(
+            err(r#"{"type":"webhook","streams":["a/../b"],"webhook":{"url":"https://x.test"}}"#).contains("streams")
+        );
         for lease in ["999", "600001", "0", "-5", "1.5", "\"30000\""] {
-            let body = format!(r#"{{"type":"webhook","pattern":"a","webhook":{{"url":"https://x.test"}},"lease_ttl_ms":{lease}}}"#);
+            let body = format!(
+                r#"{{"type":"webhook","pattern":"a","webhook":{{"url":"https://x.test"}},"lease_ttl_ms":{lease}}}"#
+            );
             assert!(err(&body).contains("lease_ttl_ms"), "{lease}");
         }
         for lease in ["1000", "600000"] {
-            let body = format!(r#"{{"type":"webhook","pattern":"a","webhook":{{"url":"https://x.test"}},"lease_ttl_ms":{lease}}}"#);
+            let body = format!(
+                r#"{{"type":"webhook","pattern":"a","webhook":{{"url":"https://x.test"}},"lease_ttl_ms":{lease}}}"#
+            );
             assert!(parse(body.as_bytes(), ok).is_ok(), "{lease}");
         }
         let long = "d".repeat(MAX_DESCRIPTION_BYTES + 1);
-        let body = format!(r#"{{"type":"webhook","pattern":"a","webhook":{{"url":"https://x.test"}},"description":"{long}"}}"#);
+        let body = format!(
+            r#"{{"type":"webhook","pattern":"a","webhook":{{"url":"https://x.test"}},"description":"{long}"}}"#
+        );
         assert!(err(&body).contains("description"));
         assert!(err("not json").contains("JSON"));
         assert!(err("[1]").contains("JSON"));

@@ -28,7 +28,8 @@ impl Subscriptions {
     pub(crate) async fn deliver_if_due(&self, rec: Arc<SubscriptionRecord>) {
         let Some(wake) = rec.wake.as_ref().filter(|w| !w.delivered) else { return };
         let wake_id = wake.wake_id.clone();
-        let fresh = self.inner.delivering.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(wake_id.clone());
+        let fresh =
+            self.inner.delivering.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(wake_id.clone());
         if !fresh {
             return;
         }

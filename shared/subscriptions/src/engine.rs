@@ -210,7 +210,8 @@ impl Subscriptions {
     ) -> SubResult<(T, Arc<SubscriptionRecord>)> {
         let guard = self.id_lock(id);
         let _held = guard.lock().await;
-        let mut cached = lock(&self.inner.cache).get(id).map(|c| Stored { revision: c.revision, value: Arc::clone(&c.value) });
+        let mut cached =
+            lock(&self.inner.cache).get(id).map(|c| Stored { revision: c.revision, value: Arc::clone(&c.value) });
         for _ in 0..ATTEMPTS {
             let current = match cached.take() {
                 Some(c) => c,

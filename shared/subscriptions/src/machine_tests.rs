@@ -125,7 +125,9 @@ fn pull_wake_claims_hold_a_lease_and_release_wakes_again() {
     let w = rec.wake.clone().unwrap();
     assert_eq!((w.wake_id.as_str(), w.holder.as_deref(), w.lease_until_ms), ("w1", Some("worker-1"), Some(1_100)));
     match claim(&mut rec, &tails(5), "worker-2", 200, &e("x")) {
-        Err(SubscriptionError::AlreadyClaimed { holder, generation }) => assert_eq!((holder.as_str(), generation), ("worker-1", 1)),
+        Err(SubscriptionError::AlreadyClaimed { holder, generation }) => {
+            assert_eq!((holder.as_str(), generation), ("worker-1", 1))
+        }
         other => panic!("{other:?}"),
     }
     assert!(release(&mut rec, &tails(5), 300, &e("w2")), "work remains: a new wake");

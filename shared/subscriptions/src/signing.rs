@@ -272,12 +272,8 @@ mod tests {
         }
         let rotated = KeyRing::rotate(&file).await.unwrap();
         assert_ne!(rotated.active_kid(), first.active_kid());
-        let kids: Vec<String> = rotated.jwks()["keys"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|k| k["kid"].as_str().unwrap().to_owned())
-            .collect();
+        let kids: Vec<String> =
+            rotated.jwks()["keys"].as_array().unwrap().iter().map(|k| k["kid"].as_str().unwrap().to_owned()).collect();
         assert_eq!(kids, vec![rotated.active_kid().to_owned(), first.active_kid().to_owned()]);
         let text = serde_json::to_string(&rotated.jwks()).unwrap();
         assert!(!text.contains("pkcs8") && !text.contains("\"d\""), "no private material in the JWKS");

@@ -33,9 +33,10 @@ pub fn subscription(rec: &SubscriptionRecord, tails: &Tails, base_url: &str, kid
         })
         .collect();
     let c = &rec.config;
-    let webhook = c.webhook_url.as_ref().map(|url| {
-        json!({ "url": url, "signing": { "alg": "ed25519", "kid": kid, "jwks_url": jwks_url(base_url) } })
-    });
+    let webhook = c
+        .webhook_url
+        .as_ref()
+        .map(|url| json!({ "url": url, "signing": { "alg": "ed25519", "kid": kid, "jwks_url": jwks_url(base_url) } }));
     json!({
         "id": rec.id,
         "subscription_id": rec.id,

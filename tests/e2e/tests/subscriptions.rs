@@ -104,7 +104,8 @@ async fn signed_webhooks_fencing_and_tombstones() {
     assert_eq!(send("DELETE", &sub, None, None).await.0, 204);
     let ack2 = json!({"wake_id": w2["wake_id"], "generation": w2["generation"],
         "acks": [{"stream": "orders/1", "offset": w2["streams"][0]["tail_offset"]}], "done": true});
-    let (status, _) = send("POST", w2["callback_url"].as_str().unwrap(), w2["callback_token"].as_str(), Some(ack2)).await;
+    let (status, _) =
+        send("POST", w2["callback_url"].as_str().unwrap(), w2["callback_token"].as_str(), Some(ack2)).await;
     assert_eq!(status, 404, "a deleted subscription takes no callback");
     assert_eq!(send("GET", &sub, None, None).await.0, 404);
     assert_eq!(before["streams"][0]["acked_offset"], tail, "the cursor was where the first callback left it");
@@ -136,8 +137,14 @@ async fn retry_schedule_survives_kill_9() {
     let restarted = Server::start(local()).await.unwrap();
     let next = hook.wait_for(4, Duration::from_secs(15)).await.unwrap()[3].at;
     let waited = next.duration_since(third);
-    assert!(waited >= Duration::from_millis(3_200), "the persisted retry time was honoured, not retried at once: {waited:?}");
-    assert!(waited <= Duration::from_millis(6_500), "the retry came at the persisted time (4 s ± 20%), not late: {waited:?}");
+    assert!(
+        waited >= Duration::from_millis(3_200),
+        "the persisted retry time was honoured, not retried at once: {waited:?}"
+    );
+    assert!(
+        waited <= Duration::from_millis(6_500),
+        "the retry came at the persisted time (4 s ± 20%), not late: {waited:?}"
+    );
     let url = restarted.url("__ds/subscriptions/retry");
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
@@ -162,7 +169,10 @@ async fn bad_input_gets_a_clear_4xx() {
         (json!({"type": "webhook", "pattern": "a/b*", "webhook": {"url": hook}}), "pattern"),
         (json!({"type": "webhook", "pattern": "a", "webhook": {"url": hook}, "lease_ttl_ms": 999}), "lease_ttl_ms"),
         (json!({"type": "webhook", "pattern": "a", "webhook": {"url": hook}, "lease_ttl_ms": 600001}), "lease_ttl_ms"),
-        (json!({"type": "webhook", "pattern": "a", "webhook": {"url": hook}, "description": "d".repeat(1025)}), "description"),
+        (
+            json!({"type": "webhook", "pattern": "a", "webhook": {"url": hook}, "description": "d".repeat(1025)}),
+            "description",
+        ),
     ];
     for (body, why) in cases {
         let (status, answer) = send("PUT", &sub("bad"), None, Some(body.clone())).await;
