@@ -16,7 +16,7 @@ pub struct Cli {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Serve the Durable Streams protocol at {bind}/v1/stream/{path}.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Make API tokens and token files; mint test JWTs.
     #[command(subcommand)]
     Token(crate::token_cmd::TokenCommand),

@@ -18,7 +18,7 @@ async fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Serve(args) => {
             init_logs(args.log_format);
-            serve(args).await
+            serve(*args).await
         }
         Command::Token(cmd) => token_cmd::run(cmd),
     }

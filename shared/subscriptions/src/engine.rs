@@ -268,11 +268,10 @@ impl Subscriptions {
         for (id, c) in lock(&self.inner.cache).iter() {
             let rec = &c.value;
             match rec.links.get(path) {
-                Some(link) => {
-                    if rec.wake.is_none() && signal.tail > link.acked_for(&signal.incarnation) {
-                        to_run.push(id.clone());
-                    }
+                Some(link) if rec.wake.is_none() && signal.tail > link.acked_for(&signal.incarnation) => {
+                    to_run.push(id.clone());
                 }
+                Some(_) => {}
                 None if rec.glob_matches(path) => to_link.push(id.clone()),
                 None => {}
             }

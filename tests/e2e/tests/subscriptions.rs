@@ -68,7 +68,7 @@ async fn signed_webhooks_fencing_and_tombstones() {
     let first = hook.wait_for(1, Duration::from_secs(10)).await.unwrap().remove(0);
     assert!(verify(&first, &jwks), "ring verifies the signature against the published JWKS");
     let mut forged = first.clone();
-    forged.body = axum::body::Bytes::from(first.body.to_vec().into_iter().chain(*b" ").collect::<Vec<u8>>());
+    forged.body = axum::body::Bytes::from(first.body.iter().copied().chain(*b" ").collect::<Vec<u8>>());
     assert!(!verify(&forged, &jwks), "a changed body fails verification");
     let wake = first.json();
     let (token, callback) = (wake["callback_token"].as_str().unwrap(), wake["callback_url"].as_str().unwrap());
