@@ -41,7 +41,9 @@ start_server() {
   local store="$1"; shift
   local port
   port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()')"
-  target/debug/durable-streams serve --store "$store" --long-poll-timeout 500ms --bind "127.0.0.1:$port" "$@" \
+  # Webhooks on loopback: the suite's receivers listen on 127.0.0.1.
+  target/debug/durable-streams serve --store "$store" --long-poll-timeout 500ms --bind "127.0.0.1:$port" \
+    --webhook-allow-loopback "$@" \
     >"$RUN/server-$store.log" 2>&1 &
   PIDS+=("$!")
   URL="${SCHEME:-http}://127.0.0.1:$port"
@@ -59,7 +61,7 @@ for store in memory local aws; do
     local) start_server local --data-dir "$RUN/data-local" ;;
     *) start_server "$store" ;;
   esac
-  out="$(bash tests/conformance/run.sh --long-poll-timeout-ms 500 "$URL" 2>"$RUN/conformance-$store.err")" || {
+  out="$(bash tests/conformance/run.sh --subscriptions --long-poll-timeout-ms 500 "$URL" 2>"$RUN/conformance-$store.err")" || {
     cat "$RUN/conformance-$store.err" >&2; echo "$out"; echo "conformance against --store $store FAILED" >&2; exit 1; }
   echo "$out"
   RESULT[$store]="$(echo "$out" | tail -n 1)"
@@ -84,7 +86,7 @@ SCHEME=https CURL_CA="$SEC/ca.pem" start_server memory --tls-cert "$SEC/server.p
   --jwt-hs256-secret-file "$SEC/jwt-secret" --jwt-issuer https://issuer.test --jwt-audience durable-streams --cors-origins '*'
 unauth="$(curl -sS -o /dev/null -w '%{http_code}' --cacert "$SEC/ca.pem" "$URL/v1/stream/probe")"
 [ "$unauth" = 401 ] || { echo "access control is not on: a request without a token got $unauth" >&2; exit 1; }
-out="$(bash tests/conformance/run.sh --long-poll-timeout-ms 500 --header "Authorization: Bearer $TOKEN" --ca "$SEC/ca.pem" \
+out="$(bash tests/conformance/run.sh --subscriptions --long-poll-timeout-ms 500 --header "Authorization: Bearer $TOKEN" --ca "$SEC/ca.pem" \
   "$URL" 2>"$RUN/conformance-secure.err")" || {
   cat "$RUN/conformance-secure.err" >&2; echo "$out"; echo "conformance with access control over TLS FAILED" >&2; exit 1; }
 echo "$out"

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Run the official Durable Streams conformance suite against a running server.
 #
-#   tests/conformance/run.sh [--long-poll-timeout-ms N] [--header 'Name: value']... [--ca CA.pem]
-#                            <base-url> [-- <vitest args>]
+#   tests/conformance/run.sh [--subscriptions] [--long-poll-timeout-ms N] [--header 'Name: value']...
+#                            [--ca CA.pem] <base-url> [-- <vitest args>]
 #
+# --subscriptions runs the suite's "Reserved subscription APIs" tests too
+# (webhook and pull-wake under __ds); the server must accept webhooks on
+# 127.0.0.1 (durable-streams serve --webhook-allow-loopback).
 # --header puts a header on every request the suite sends to <base-url> (e.g.
 # 'Authorization: Bearer <token>' for a server with access control); --ca
 # trusts a test certificate authority for an https:// base URL.
@@ -22,12 +25,14 @@ CLIENT_VERSION="0.2.6"
 die() { echo "conformance: $*" >&2; echo "0 passed, 0 failed, 0 skipped"; exit 2; }
 
 LONG_POLL_MS=""
+SUBSCRIPTIONS=0
 BASE_URL=""
 EXTRA=()
 HEADERS=()
 CA_FILE=""
 while [ $# -gt 0 ]; do
   case "$1" in
+    --subscriptions) SUBSCRIPTIONS=1 ;;
     --long-poll-timeout-ms) LONG_POLL_MS="${2:-}"; shift ;;
     --header)
       case "${2:-}" in *:*) HEADERS+=("$2") ;; *) die "--header needs 'Name: value'" ;; esac
@@ -39,7 +44,7 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
-[ -n "$BASE_URL" ] || die "usage: run.sh [--long-poll-timeout-ms N] [--header 'Name: value']... [--ca CA.pem] <base-url>"
+[ -n "$BASE_URL" ] || die "usage: run.sh [--subscriptions] [--long-poll-timeout-ms N] [--header 'Name: value']... [--ca CA.pem] <base-url>"
 command -v node >/dev/null && command -v npm >/dev/null || die "node and npm are required"
 
 CACHE="${DS_CONFORMANCE_HOME:-${XDG_CACHE_HOME:-$HOME/.cache}/ds-conformance}"
@@ -79,6 +84,7 @@ if (Object.keys(extra).length > 0) {
   }
 }
 const options = { baseUrl: process.env.DS_CONFORMANCE_URL }
+if (process.env.DS_CONFORMANCE_SUBSCRIPTIONS === "1") options.subscriptions = true
 if (process.env.DS_CONFORMANCE_LONG_POLL_MS) options.longPollTimeoutMs = Number(process.env.DS_CONFORMANCE_LONG_POLL_MS)
 runConformanceTests(options)
 JS
@@ -91,6 +97,7 @@ JS
 OUT="$(mktemp -d)"
 trap 'rm -rf "$OUT"' EXIT
 (cd "$DIR" && DS_CONFORMANCE_URL="$BASE_URL" DS_CONFORMANCE_LONG_POLL_MS="$LONG_POLL_MS" DS_CONFORMANCE_HEADERS="$HEADERS_JSON" \
+  DS_CONFORMANCE_SUBSCRIPTIONS="$SUBSCRIPTIONS" \
   DS_CONFORMANCE_JSON="$OUT/results.json" ./node_modules/.bin/vitest run --config vitest.config.mjs ${EXTRA[@]+"${EXTRA[@]}"} >"$OUT/vitest.log" 2>&1)
 RC=$?
 [ -s "$OUT/results.json" ] || { tail -n 40 "$OUT/vitest.log" >&2; die "the suite produced no results (vitest exit $RC)"; }

@@ -103,7 +103,14 @@ pub fn operations<F: Fn(&str) -> Option<String>>(env: &Settings<F>) -> anyhow::R
     let namespace = env.raw("DS_METRICS_NAMESPACE").unwrap_or_else(|| "DurableStreams".to_owned());
     let metrics: Option<Arc<dyn ds_http::Metrics>> =
         (namespace != "off").then(|| Arc::new(ds_metrics::emf::EmfMetrics::stdout(namespace)) as _);
-    Ok(ds_http::Operations { access: access.map(Arc::new), cors, metrics, store_name: "aws", https: true })
+    Ok(ds_http::Operations {
+        access: access.map(Arc::new),
+        cors,
+        metrics,
+        store_name: "aws",
+        https: true,
+        subscriptions: None,
+    })
 }
 
 /// [`operations`] from the process environment.

@@ -16,7 +16,7 @@ pub struct Cli {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Serve the Durable Streams protocol at {bind}/v1/stream/{path}.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Make API tokens and token files; mint test JWTs.
     #[command(subcommand)]
     Token(crate::token_cmd::TokenCommand),
@@ -58,6 +58,11 @@ pub struct ServeArgs {
     /// Log format.
     #[arg(long, env = "DS_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+    /// Allow webhook URLs on loopback (http://localhost, http://127.0.0.x):
+    /// development and tests only. Private, link-local and other internal
+    /// addresses stay refused.
+    #[arg(long, env = "DS_WEBHOOK_ALLOW_LOOPBACK")]
+    pub webhook_allow_loopback: bool,
     #[command(flatten)]
     pub security: crate::security::SecurityArgs,
 }

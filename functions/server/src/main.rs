@@ -4,6 +4,7 @@ mod aws;
 mod cli;
 mod security;
 mod stores;
+mod subscriptions;
 mod tls;
 mod token_cmd;
 
@@ -17,14 +18,15 @@ async fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Serve(args) => {
             init_logs(args.log_format);
-            serve(args).await
+            serve(*args).await
         }
         Command::Token(cmd) => token_cmd::run(cmd),
     }
 }
 
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
-    let (substrate, expiry_due) = stores::open(&args).await?;
+    let (mut substrate, expiry_due) = stores::open(&args).await?;
+    let tap = ds_subscriptions::tap_hub(&mut substrate);
     let cfg = ServiceConfig {
         max_read_bytes: args.max_read_bytes,
         long_poll_timeout: args.long_poll_timeout,
@@ -38,6 +40,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         let armed = service.rearm_expiries().await.context("re-arming expiry alarms")?;
         tracing::info!(armed, "expiry alarms re-armed");
     }
+    let subscriptions = subscriptions::start(&args, &service, &tap).await?;
     let access = args.security.authenticator().await?;
     args.security.check_bind(args.bind, access.is_some())?;
     let tls = args.security.tls()?.map(|(cert, key)| tls::server_config(&cert, &key)).transpose()?;
@@ -47,6 +50,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         metrics: Some(stores::prometheus(&service)?),
         store_name: stores::name(args.store),
         https: tls.is_some(),
+        subscriptions: Some(subscriptions),
     };
     let http = ds_http::HttpConfig { max_body_bytes: args.max_body_bytes };
     let router = ds_http::router_with(service.clone(), http, ops);

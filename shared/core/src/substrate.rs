@@ -156,6 +156,17 @@ pub trait StreamStore: Send + Sync + 'static {
     /// Meta records in path order, strictly after `after`, at most `limit`.
     /// Used by sweeps (expiry recovery on start-up) — not on request paths.
     async fn list_streams(&self, after: Option<&str>, limit: usize) -> Result<Vec<StreamMeta>, StoreError>;
+
+    /// [`Self::list_streams`] restricted to paths that start with `prefix`
+    /// (a plain string prefix, not a segment prefix). Used where a feature
+    /// must find existing streams by path (subscription backfill of a glob's
+    /// literal prefix) — never on an append or read path.
+    async fn list_streams_with_prefix(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<StreamMeta>, StoreError>;
 }
 
 /// A commit handed to [`StreamStore::submit`], resolving when durable.

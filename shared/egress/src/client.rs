@@ -9,7 +9,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Empty, Limited};
+use http_body_util::{BodyExt, Full, Limited};
 use hyper_util::client::legacy::connect::dns::Name;
 use hyper_util::client::legacy::connect::{HttpConnector, HttpInfo};
 use hyper_util::client::legacy::Client;
@@ -25,6 +25,10 @@ use crate::address::{check_ip, Forbidden};
 pub struct EgressConfig {
     /// Allow 127.0.0.0/8 and ::1 (development and tests only).
     pub allow_loopback: bool,
+    /// With `allow_loopback`, also allow plain `http://` to `localhost` and
+    /// loopback literals (the protocol's development exception for
+    /// webhooks); the address connected to must then be loopback too.
+    pub allow_http_loopback: bool,
     /// PEM certificates trusted in addition to the system's roots (a private
     /// or test certificate authority).
     pub extra_roots_pem: Option<Vec<u8>>,
@@ -36,7 +40,13 @@ pub struct EgressConfig {
 
 impl Default for EgressConfig {
     fn default() -> Self {
-        Self { allow_loopback: false, extra_roots_pem: None, timeout: Duration::from_secs(10), max_body_bytes: 1 << 20 }
+        Self {
+            allow_loopback: false,
+            allow_http_loopback: false,
+            extra_roots_pem: None,
+            timeout: Duration::from_secs(10),
+            max_body_bytes: 1 << 20,
+        }
     }
 }
 
@@ -44,7 +54,9 @@ impl Default for EgressConfig {
 pub enum EgressError {
     #[error("not a valid URL: {0}")]
     BadUrl(String),
-    #[error("only https:// URLs without user info are allowed")]
+    #[error(
+        "only https:// URLs without user info are allowed (http:// only to localhost or 127.0.0.0/8 in development)"
+    )]
     NotHttps,
     #[error("{host} is {reason}; refused before connecting")]
     Forbidden { host: String, reason: Forbidden },
@@ -65,7 +77,7 @@ type Connector = hyper_rustls::HttpsConnector<HttpConnector<GuardedResolver>>;
 /// An HTTPS client that only connects to allowed addresses.
 #[derive(Clone)]
 pub struct EgressClient {
-    http: Client<Connector, Empty<Bytes>>,
+    http: Client<Connector, Full<Bytes>>,
     cfg: Arc<EgressConfig>,
 }
 
@@ -75,66 +87,115 @@ impl EgressClient {
         let mut tcp = HttpConnector::new_with_resolver(GuardedResolver { allow_loopback: cfg.allow_loopback });
         tcp.enforce_http(false);
         tcp.set_connect_timeout(Some(cfg.timeout));
-        let https = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config(tls)
-            .https_only()
-            .enable_http1()
-            .wrap_connector(tcp);
+        let builder = hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(tls);
+        // Plain http is refused by `check_url` unless it goes to loopback.
+        let builder = if cfg.allow_http_loopback { builder.https_or_http() } else { builder.https_only() };
+        let https = builder.enable_http1().wrap_connector(tcp);
         // No proxy and no redirects: the legacy client does neither.
         let http = Client::builder(TokioExecutor::new()).build(https);
         Ok(Self { http, cfg: Arc::new(cfg) })
     }
 
-    /// Checks a URL against the rules that need no DNS: `https`, a host, no
-    /// user info, and an address literal outside the forbidden ranges.
+    /// Checks a URL against the rules that need no DNS: `https` (or `http`
+    /// to loopback when allowed), a host, no user info, and an address
+    /// literal outside the forbidden ranges.
     pub fn check_url(&self, url: &str) -> Result<Url, EgressError> {
-        check_url(url, self.cfg.allow_loopback)
+        check_url_for(url, self.cfg.allow_loopback, self.cfg.allow_http_loopback)
     }
 
     /// `GET url` with an `Accept` header; the body of a 2xx answer.
     pub async fn get(&self, url: &str, accept: &str) -> Result<Bytes, EgressError> {
-        tokio::time::timeout(self.cfg.timeout, self.get_inner(url, accept))
+        let req = |url: &Url| {
+            http::Request::get(url.as_str()).header(http::header::ACCEPT, accept).body(Full::new(Bytes::new()))
+        };
+        let (status, body) = self.send(url, req).await?;
+        if !(200..300).contains(&status) {
+            return Err(EgressError::Status(status));
+        }
+        Ok(body)
+    }
+
+    /// `POST url` with `headers` and `body`; the status and (bounded) body
+    /// of whatever the server answered, 2xx or not.
+    pub async fn post(&self, url: &str, headers: &[(&str, &str)], body: Bytes) -> Result<(u16, Bytes), EgressError> {
+        let req = |url: &Url| {
+            let mut req = http::Request::post(url.as_str());
+            for (name, value) in headers {
+                req = req.header(*name, *value);
+            }
+            req.body(Full::new(body.clone()))
+        };
+        self.send(url, req).await
+    }
+
+    async fn send(
+        &self,
+        url: &str,
+        build: impl FnOnce(&Url) -> Result<http::Request<Full<Bytes>>, http::Error>,
+    ) -> Result<(u16, Bytes), EgressError> {
+        tokio::time::timeout(self.cfg.timeout, self.send_inner(url, build))
             .await
             .map_err(|_| EgressError::Request(format!("no answer within {:?}", self.cfg.timeout)))?
     }
 
-    async fn get_inner(&self, url: &str, accept: &str) -> Result<Bytes, EgressError> {
+    async fn send_inner(
+        &self,
+        url: &str,
+        build: impl FnOnce(&Url) -> Result<http::Request<Full<Bytes>>, http::Error>,
+    ) -> Result<(u16, Bytes), EgressError> {
         let url = self.check_url(url)?;
-        let req = http::Request::get(url.as_str())
-            .header(http::header::ACCEPT, accept)
-            .body(Empty::new())
-            .map_err(|e| EgressError::BadUrl(e.to_string()))?;
+        let req = build(&url).map_err(|e| EgressError::BadUrl(e.to_string()))?;
         let resp = self.http.request(req).await.map_err(request_error)?;
         let peer = resp.extensions().get::<HttpInfo>().map(HttpInfo::remote_addr);
         let peer = peer.ok_or_else(|| EgressError::Request("no peer address".into()))?;
         check_ip(peer.ip(), self.cfg.allow_loopback)
             .map_err(|reason| EgressError::ForbiddenPeer { addr: peer, reason })?;
-        if !resp.status().is_success() {
-            return Err(EgressError::Status(resp.status().as_u16()));
+        if url.scheme() == "http" && !peer.ip().is_loopback() {
+            return Err(EgressError::ForbiddenPeer { addr: peer, reason: Forbidden::Special });
         }
+        let status = resp.status().as_u16();
         let body = Limited::new(resp.into_body(), self.cfg.max_body_bytes).collect().await;
-        body.map(|b| b.to_bytes()).map_err(|e| {
+        let body = body.map(|b| b.to_bytes()).map_err(|e| {
             if e.is::<http_body_util::LengthLimitError>() {
                 EgressError::TooLarge(self.cfg.max_body_bytes)
             } else {
                 EgressError::Request(e.to_string())
             }
-        })
+        })?;
+        Ok((status, body))
     }
 }
 
-/// See [`EgressClient::check_url`].
+/// [`EgressClient::check_url`] for `https://` only.
 pub fn check_url(url: &str, allow_loopback: bool) -> Result<Url, EgressError> {
+    check_url_for(url, allow_loopback, false)
+}
+
+/// [`EgressClient::check_url`]: `allow_http_loopback` (effective only with
+/// `allow_loopback`) admits `http://localhost` and `http://` loopback
+/// literals.
+pub fn check_url_for(url: &str, allow_loopback: bool, allow_http_loopback: bool) -> Result<Url, EgressError> {
     let parsed = Url::parse(url).map_err(|e| EgressError::BadUrl(e.to_string()))?;
-    if parsed.scheme() != "https" || !parsed.username().is_empty() || parsed.password().is_some() {
+    let web = matches!(parsed.scheme(), "https" | "http");
+    if !web || !parsed.username().is_empty() || parsed.password().is_some() {
         return Err(EgressError::NotHttps);
     }
-    let literal = match parsed.host() {
+    let literal: Option<std::net::IpAddr> = match parsed.host() {
         None => return Err(EgressError::BadUrl("no host".into())),
         Some(Host::Domain(_)) => None,
         Some(Host::Ipv4(v4)) => Some(v4.into()),
         Some(Host::Ipv6(v6)) => Some(v6.into()),
     };
+    match parsed.scheme() {
+        "https" => {}
+        "http" if allow_loopback && allow_http_loopback => {
+            let loopback_name = matches!(parsed.host(), Some(Host::Domain(d)) if d.eq_ignore_ascii_case("localhost"));
+            if !loopback_name && !literal.is_some_and(|ip| ip.is_loopback()) {
+                return Err(EgressError::NotHttps);
+            }
+        }
+        _ => return Err(EgressError::NotHttps),
+    }
     if let Some(ip) = literal {
         check_ip(ip, allow_loopback).map_err(|reason| EgressError::Forbidden { host: ip.to_string(), reason })?;
     }
@@ -253,5 +314,18 @@ mod tests {
         }
         assert!(check_url("https://127.0.0.1:8443/", true).is_ok());
         assert!(check_url("https://10.0.0.1/", true).is_err());
+    }
+
+    #[test]
+    fn plain_http_only_to_loopback_and_only_when_allowed() {
+        assert!(matches!(check_url("http://127.0.0.1:9/hook", true), Err(EgressError::NotHttps)));
+        assert!(matches!(check_url_for("http://127.0.0.1:9/hook", false, true), Err(EgressError::NotHttps)));
+        assert!(check_url_for("http://127.0.0.1:9/hook", true, true).is_ok());
+        assert!(check_url_for("http://127.0.0.7/hook", true, true).is_ok());
+        assert!(check_url_for("http://localhost:9/hook", true, true).is_ok());
+        assert!(check_url_for("http://[::1]:9/hook", true, true).is_ok());
+        for url in ["http://example.com/hook", "http://10.0.0.1/hook", "http://169.254.169.254/"] {
+            assert!(check_url_for(url, true, true).is_err(), "{url}");
+        }
     }
 }

@@ -20,4 +20,4 @@ pub mod address;
 mod client;
 
 pub use address::{check_ip, Forbidden};
-pub use client::{EgressClient, EgressConfig, EgressError};
+pub use client::{check_url, check_url_for, EgressClient, EgressConfig, EgressError};

@@ -17,11 +17,13 @@ pub struct ApiError {
     pub code: &'static str,
     pub message: String,
     pub headers: Vec<(&'static str, HeaderValue)>,
+    /// Extra members of the `error` object (e.g. `current_holder`).
+    pub details: Vec<(&'static str, serde_json::Value)>,
 }
 
 impl ApiError {
     pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
-        Self { status, code, message: message.into(), headers: Vec::new() }
+        Self { status, code, message: message.into(), headers: Vec::new(), details: Vec::new() }
     }
 
     pub fn bad_request(message: impl Into<String>) -> Self {
@@ -90,7 +92,13 @@ impl From<ds_protocol::ProtocolError> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = serde_json::json!({ "error": { "code": self.code, "message": self.message } }).to_string();
+        let mut error = serde_json::Map::new();
+        error.insert("code".into(), self.code.into());
+        error.insert("message".into(), self.message.into());
+        for (name, value) in self.details {
+            error.insert(name.into(), value);
+        }
+        let body = serde_json::json!({ "error": error }).to_string();
         let mut resp = (self.status, body).into_response();
         resp.headers_mut().insert(http::header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
         for (name, value) in self.headers {
@@ -119,6 +127,31 @@ impl From<ds_auth::AuthError> for ApiError {
                 .header("www-authenticate", "Bearer realm=\"durable-streams\""),
             A::Expired | A::Invalid(_) => Self::new(StatusCode::UNAUTHORIZED, "UNAUTHORIZED", msg)
                 .header("www-authenticate", "Bearer realm=\"durable-streams\", error=\"invalid_token\""),
+        }
+    }
+}
+
+impl From<ds_subscriptions::SubscriptionError> for ApiError {
+    fn from(e: ds_subscriptions::SubscriptionError) -> Self {
+        use ds_subscriptions::SubscriptionError as S;
+        let msg = e.to_string();
+        match e {
+            S::Invalid(_) | S::WrongKind(_) => Self::bad_request(msg),
+            S::WebhookUrlRejected(_) => Self::new(StatusCode::BAD_REQUEST, "WEBHOOK_URL_REJECTED", msg),
+            S::NotFound => Self::new(StatusCode::NOT_FOUND, "SUBSCRIPTION_NOT_FOUND", msg),
+            S::ConfigConflict => Self::new(StatusCode::CONFLICT, "SUBSCRIPTION_EXISTS", msg),
+            S::Unauthorized(_) => Self::new(StatusCode::UNAUTHORIZED, "UNAUTHORIZED", msg)
+                .header("www-authenticate", "Bearer realm=\"durable-streams\""),
+            S::Fenced => Self::new(StatusCode::CONFLICT, "FENCED", msg),
+            S::AlreadyClaimed { holder, generation } => {
+                let mut err = Self::new(StatusCode::CONFLICT, "ALREADY_CLAIMED", msg);
+                err.details.push(("current_holder", holder.into()));
+                err.details.push(("generation", generation.into()));
+                err
+            }
+            S::TooLarge(_) => Self::new(StatusCode::PAYLOAD_TOO_LARGE, "PAYLOAD_TOO_LARGE", msg),
+            S::Contention => Self::new(StatusCode::SERVICE_UNAVAILABLE, "CONTENTION", msg).header("retry-after", 1),
+            S::Service(e) => e.into(),
         }
     }
 }

@@ -30,11 +30,7 @@ pub(crate) async fn stream(State(app): State<AppState>, req: Request) -> Respons
 async fn dispatch(app: AppState, req: Request) -> ApiResult {
     let path = stream_path(req.uri())?;
     if ds_protocol::path::is_reserved(&path) {
-        return Err(ApiError::new(
-            StatusCode::NOT_IMPLEMENTED,
-            "NOT_IMPLEMENTED",
-            "the reserved __ds control APIs (subscriptions) are not implemented by this server yet",
-        ));
+        return crate::reserved::dispatch(app, path, req).await;
     }
     match *req.method() {
         Method::PUT => put(app, path, req).await,
@@ -63,12 +59,17 @@ fn set(headers: &mut HeaderMap, name: &'static str, value: impl ToString) {
     }
 }
 
+/// The host clients reached this server by. HTTP/2 carries it in the URI's
+/// authority, not a Host header.
+pub(crate) fn request_host(parts: &http::request::Parts) -> Result<String, ApiError> {
+    let authority = parts.uri.authority().map(|a| a.as_str());
+    Ok(get(&parts.headers, "host")?.or(authority).unwrap_or("127.0.0.1").to_owned())
+}
+
 async fn put(app: AppState, path: String, req: Request) -> ApiResult {
     let (parts, raw) = req.into_parts();
     let hd = &parts.headers;
-    // HTTP/2 carries the host in the URI's authority, not a Host header.
-    let authority = parts.uri.authority().map(|a| a.as_str());
-    let parts_host = get(hd, "host")?.or(authority).unwrap_or("127.0.0.1").to_owned();
+    let parts_host = request_host(&parts)?;
     let content_type = get(hd, "content-type")?.map(str::to_owned);
     if let Some(ct) = &content_type {
         validate_content_type(ct)?;

@@ -12,6 +12,7 @@ mod health;
 mod layers;
 mod metrics;
 mod request;
+mod reserved;
 
 use std::sync::Arc;
 
@@ -43,6 +44,8 @@ pub(crate) struct AppState {
     pub cfg: Arc<HttpConfig>,
     /// `http` or `https`: the scheme of `Location` URLs.
     pub scheme: &'static str,
+    /// The subscription engine (`None`: the `__ds` control APIs answer 501).
+    pub subscriptions: Option<ds_subscriptions::Subscriptions>,
 }
 
 /// How the router is operated: access control, CORS, metrics, and the
@@ -59,6 +62,9 @@ pub struct Operations {
     /// Clients reach this router over TLS (directly or through a proxy that
     /// terminates it): `Location` URLs say `https`.
     pub https: bool,
+    /// Serve the subscription control APIs under `__ds` (§6-7) with this
+    /// engine; `None`: they answer `501`.
+    pub subscriptions: Option<ds_subscriptions::Subscriptions>,
 }
 
 /// The protocol router, open to everyone. Streams live under `/v1/stream/`;
@@ -73,7 +79,12 @@ pub fn router(service: StreamService, cfg: HttpConfig) -> Router {
 /// a `401`), access control, the routes.
 pub fn router_with(service: StreamService, cfg: HttpConfig, ops: Operations) -> Router {
     let health = Arc::new(health::Health::new(ops.store_name, service.substrate().store.clone()));
-    let state = AppState { service, cfg: Arc::new(cfg), scheme: if ops.https { "https" } else { "http" } };
+    let state = AppState {
+        service,
+        cfg: Arc::new(cfg),
+        scheme: if ops.https { "https" } else { "http" },
+        subscriptions: ops.subscriptions.clone(),
+    };
     let mut router = Router::new()
         .route("/v1/stream/{*path}", any(handlers::stream))
         .route("/v1/stream", any(handlers::not_a_stream))

@@ -270,25 +270,53 @@ impl StreamStore for AwsStore {
     /// Scans the meta items (sweeps only, never on a request path) and pages
     /// in byte-wise path order.
     async fn list_streams(&self, after: Option<&str>, limit: usize) -> Result<Vec<StreamMeta>, StoreError> {
+        self.scan_metas(None, after, limit).await
+    }
+
+    /// A scan of the meta items filtered by `begins_with(path, prefix)`:
+    /// subscription backfill only (an admin request), never on an append.
+    async fn list_streams_with_prefix(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<StreamMeta>, StoreError> {
+        self.scan_metas(Some(prefix), after, limit).await
+    }
+}
+
+impl AwsStore {
+    /// Meta items (of paths starting with `prefix`, when given) strictly
+    /// after `after`, in byte-wise path order, at most `limit`.
+    async fn scan_metas(
+        &self,
+        prefix: Option<&str>,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<StreamMeta>, StoreError> {
         if limit == 0 {
             return Ok(Vec::new());
         }
         let mut metas = Vec::new();
         let mut start = None;
         loop {
-            let page = self
+            let mut scan = self
                 .b
                 .ddb
                 .scan()
                 .table_name(&self.b.cfg.table)
                 .consistent_read(true)
-                .filter_expression("#sk = :meta")
                 .expression_attribute_names("#sk", SK)
                 .expression_attribute_values(":meta", s(META_SK))
-                .set_exclusive_start_key(start.take())
-                .send()
-                .await
-                .map_err(classify)?;
+                .set_exclusive_start_key(start.take());
+            scan = match prefix {
+                None => scan.filter_expression("#sk = :meta"),
+                Some(p) => scan
+                    .filter_expression("#sk = :meta AND begins_with(#path, :prefix)")
+                    .expression_attribute_names("#path", m::PATH)
+                    .expression_attribute_values(":prefix", s(p)),
+            };
+            let page = scan.send().await.map_err(classify)?;
             for item in page.items() {
                 let meta = codec::meta_from_item(item)?;
                 if after.is_none_or(|a| meta.path.as_str() > a) {

@@ -194,4 +194,26 @@ impl StreamStore for LocalStore {
         }
         Ok(metas)
     }
+
+    async fn list_streams_with_prefix(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<StreamMeta>, StoreError> {
+        let touches = self.touches.all();
+        let (prefix, after) = (prefix.to_owned(), after.map(str::to_owned));
+        let mut metas = self
+            .read(move |txn| {
+                let table = txn.open_table(META).map_err(storage)?;
+                tables::list_metas_with_prefix(&table, &prefix, after.as_deref(), limit)
+            })
+            .await?;
+        for meta in &mut metas {
+            if let Some(touch) = touches.get(&meta.path) {
+                touch.apply_to(meta);
+            }
+        }
+        Ok(metas)
+    }
 }

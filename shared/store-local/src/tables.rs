@@ -131,6 +131,32 @@ pub(crate) fn list_metas(
     Ok(out)
 }
 
+/// Metas whose path starts with `prefix`, strictly after `after`, at most `limit`.
+pub(crate) fn list_metas_with_prefix(
+    table: &impl ReadableTable<&'static str, &'static [u8]>,
+    prefix: &str,
+    after: Option<&str>,
+    limit: usize,
+) -> Result<Vec<StreamMeta>, StoreError> {
+    let lower = match after {
+        Some(a) if a >= prefix => Bound::Excluded(a),
+        _ => Bound::Included(prefix),
+    };
+    let range = table.range::<&str>((lower, Bound::Unbounded)).map_err(storage)?;
+    let mut out = Vec::new();
+    for entry in range {
+        if out.len() >= limit {
+            break;
+        }
+        let (key, value) = entry.map_err(storage)?;
+        if !key.value().starts_with(prefix) {
+            break;
+        }
+        out.push(decode_meta(key.value(), value.value())?);
+    }
+    Ok(out)
+}
+
 /// The third key part of every row of `(path, incarnation)` in a table keyed
 /// by `(path, incarnation, name)`. String names have no upper bound key, so
 /// they are collected (a handful per stream) before being removed.

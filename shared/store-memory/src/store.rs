@@ -190,6 +190,26 @@ impl StreamStore for MemoryStore {
         let lower = after.map_or(Bound::Unbounded, Bound::Excluded);
         Ok(state.metas.range::<str, _>((lower, Bound::Unbounded)).take(limit).map(|(_, m)| m.clone()).collect())
     }
+
+    async fn list_streams_with_prefix(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<StreamMeta>, StoreError> {
+        let state = self.read();
+        let lower = match after {
+            Some(a) if a >= prefix => Bound::Excluded(a),
+            _ => Bound::Included(prefix),
+        };
+        Ok(state
+            .metas
+            .range::<str, _>((lower, Bound::Unbounded))
+            .take_while(|(path, _)| path.starts_with(prefix))
+            .take(limit)
+            .map(|(_, m)| m.clone())
+            .collect())
+    }
 }
 
 /// Collect chunks in order until their total length reaches `max_bytes`,

@@ -9,6 +9,7 @@
 //! - [`record`]: self-delimiting, checksummed batch records for the crash
 //!   test, and a parser that detects torn, foreign or corrupted bytes.
 //! - [`checks`]: expected statuses, all failures reported together.
+//! - [`webhook`]: a webhook receiver on 127.0.0.1 for subscription tests.
 //! - [`read_all`] and friends: protocol helpers shared by the tests.
 
 pub mod access;
@@ -16,6 +17,7 @@ pub mod checks;
 pub mod raw;
 pub mod record;
 pub mod server;
+pub mod webhook;
 
 use std::time::Duration;
 

@@ -46,7 +46,10 @@ pub use concurrency::{concurrent_appends_one_stream, concurrent_commits_all_or_n
 pub use forks::fork_peer_reads_named_incarnation;
 pub use keyed::{record_atomic_with_append, record_preconditions, record_writers_race, records_wiped_with_incarnation};
 pub use pipeline::{submit_is_ordered, version_pins_incarnation};
-pub use records::{list_streams_pages, meta_roundtrip, read_chunks_ranges, rich_meta, touch_without_version_bump};
+pub use records::{
+    list_streams_by_prefix, list_streams_pages, meta_roundtrip, read_chunks_ranges, rich_meta,
+    touch_without_version_bump,
+};
 pub use restart::restart_keeps_committed;
 pub use services::{
     hub_deadline, hub_no_missed_wakeup, hub_wakes_after_commit, mutex_serializes, registry_bounded,
@@ -102,6 +105,7 @@ macro_rules! contract_suite {
             delete_and_recreate,
             touch_without_version_bump,
             list_streams_pages,
+            list_streams_by_prefix,
             read_chunks_ranges,
             meta_roundtrip,
             submit_is_ordered,

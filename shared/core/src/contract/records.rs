@@ -77,6 +77,41 @@ pub async fn list_streams_pages(f: &dyn SubstrateFactory) {
     assert!(s.store.list_streams(None, 0).await.expect("list_streams").is_empty(), "limit 0 is empty");
 }
 
+/// `list_streams_with_prefix` returns exactly the streams whose path starts
+/// with the prefix (the prefix itself included, a longer sibling such as
+/// `{prefix}x` too: it is a string prefix), in path order, paged like
+/// `list_streams`.
+pub async fn list_streams_by_prefix(f: &dyn SubstrateFactory) {
+    let s = f.instance().await;
+    let root = unique_path("listp");
+    let inside = ["ev", "ev/a", "ev/b/c", "evx", "ev/\u{e4}"];
+    let outside = ["e", "eu", "ew/a", "other/ev"];
+    for name in inside.iter().chain(outside.iter()) {
+        create(&s, &format!("{root}/{name}")).await;
+    }
+    let prefix = format!("{root}/ev");
+    let mut expected: Vec<String> = inside.iter().map(|n| format!("{root}/{n}")).collect();
+    expected.sort();
+    let mut seen = Vec::new();
+    let mut after: Option<String> = None;
+    loop {
+        let page = s.store.list_streams_with_prefix(&prefix, after.as_deref(), 2).await.expect("list by prefix");
+        assert!(page.len() <= 2, "a page never exceeds the limit");
+        for m in &page {
+            assert!(m.path.starts_with(&prefix), "{} is outside the prefix", m.path);
+            assert!(after.as_ref().is_none_or(|a| m.path > *a), "entries come strictly after `after`");
+            after = Some(m.path.clone());
+            seen.push(m.path.clone());
+        }
+        if page.len() < 2 {
+            break;
+        }
+    }
+    assert_eq!(seen, expected, "every stream under the prefix, in byte-wise path order");
+    let none = s.store.list_streams_with_prefix(&format!("{root}/zz"), None, 10).await.expect("list by prefix");
+    assert!(none.is_empty(), "no stream under an unused prefix");
+}
+
 /// `read_chunks` returns the chunk containing `from` whole, stops before
 /// `until`, honours `max_bytes` (but returns at least one chunk) and keeps
 /// incarnations apart.

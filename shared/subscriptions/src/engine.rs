@@ -1,0 +1,321 @@
+//! [`Subscriptions`]: the engine. Every change of a subscription is one
+//! transition: under the subscription's in-process lock, read its record
+//! (cached, or from the store after a lost race), read the linked streams'
+//! tails, apply a pure transition ([`crate::machine`]), write the record
+//! conditionally on the revision read, then tell the [`WakeScheduler`] when
+//! to look again. Notifications are sent outside the lock, never inside a
+//! request.
+//!
+//! The cache holds the records of live subscriptions of this process so that
+//! a commit signal ([`Subscriptions::on_stream_changed`]) is matched against
+//! them without I/O; correctness never rests on it: every write is
+//! conditional, and a lost race re-reads the store.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use ds_core::{StoreError, StreamHandle, StreamService, TailSignal};
+use ds_egress::{EgressClient, EgressConfig};
+use tokio::sync::mpsc::UnboundedReceiver;
+
+use crate::error::{SubResult, SubscriptionError};
+use crate::machine::{self, Entropy};
+use crate::record::{SubscriptionRecord, Tail, Tails};
+use crate::schedule::WakeScheduler;
+use crate::signing::KeyRing;
+use crate::store::{self, Stored};
+use crate::webhook_url::UrlPolicy;
+
+/// Attempts of one transition that loses races before it gives up (503).
+const ATTEMPTS: u32 = 16;
+
+/// How subscriptions are delivered.
+#[derive(Debug, Clone)]
+pub struct SubscriptionsConfig {
+    pub url_policy: UrlPolicy,
+    /// Whole-request timeout of one webhook delivery.
+    pub webhook_timeout: Duration,
+}
+
+impl Default for SubscriptionsConfig {
+    fn default() -> Self {
+        Self { url_policy: UrlPolicy::default(), webhook_timeout: Duration::from_secs(10) }
+    }
+}
+
+type Cached = Stored<Arc<SubscriptionRecord>>;
+
+pub(crate) struct Inner {
+    pub service: StreamService,
+    pub keys: KeyRing,
+    pub http: EgressClient,
+    pub policy: UrlPolicy,
+    scheduler: Arc<dyn WakeScheduler>,
+    cache: Mutex<HashMap<String, Cached>>,
+    locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Wake ids whose notification is being sent (one sender per wake).
+    pub delivering: Mutex<HashSet<String>>,
+    /// Subscriptions with a tick requested by a commit signal, not yet run.
+    poked: Mutex<HashSet<String>>,
+}
+
+/// The subscription engine (cheap to clone).
+#[derive(Clone)]
+pub struct Subscriptions {
+    pub(crate) inner: Arc<Inner>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // Every critical section is one map operation.
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Subscriptions {
+    pub fn new(
+        service: StreamService,
+        keys: KeyRing,
+        cfg: SubscriptionsConfig,
+        scheduler: Arc<dyn WakeScheduler>,
+    ) -> Result<Self, StoreError> {
+        let http = EgressClient::new(EgressConfig {
+            allow_loopback: cfg.url_policy.allow_loopback,
+            allow_http_loopback: cfg.url_policy.allow_loopback,
+            timeout: cfg.webhook_timeout,
+            max_body_bytes: 64 * 1024,
+            ..EgressConfig::default()
+        })
+        .map_err(|e| StoreError::Backend(format!("webhook client: {e}")))?;
+        let inner = Inner {
+            service,
+            keys,
+            http,
+            policy: cfg.url_policy,
+            scheduler,
+            cache: Mutex::default(),
+            locks: Mutex::default(),
+            delivering: Mutex::default(),
+            poked: Mutex::default(),
+        };
+        Ok(Self { inner: Arc::new(inner) })
+    }
+
+    pub(crate) fn now_ms(&self) -> i64 {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        i64::try_from(now.as_millis()).unwrap_or(i64::MAX)
+    }
+
+    pub(crate) fn store(&self) -> &dyn ds_core::StreamStore {
+        self.inner.service.substrate().store.as_ref()
+    }
+
+    /// The JWK Set of the webhook signing keys (§6.5).
+    pub fn jwks(&self) -> serde_json::Value {
+        self.inner.keys.jwks()
+    }
+
+    /// Load every live subscription and look at each once: re-arms persisted
+    /// lease ends and retry times, and wakes for work that arrived while the
+    /// host was down. Returns how many subscriptions were loaded.
+    pub async fn start(&self) -> SubResult<usize> {
+        let ids = store::read_index(self.store()).await?.map(|i| i.value.ids).unwrap_or_default();
+        for id in &ids {
+            if let Err(e) = self.run_due(id).await {
+                tracing::warn!(subscription = %id, error = %e, "could not resume subscription");
+            }
+        }
+        Ok(ids.len())
+    }
+
+    /// Run fired ids (from an in-process scheduler) until the channel closes.
+    pub async fn run_due_loop(self, mut due: UnboundedReceiver<String>) {
+        while let Some(id) = due.recv().await {
+            let this = self.clone();
+            tokio::spawn(async move {
+                if let Err(e) = this.run_due(&id).await {
+                    tracing::warn!(subscription = %id, error = %e, "subscription run failed");
+                }
+            });
+        }
+    }
+
+    /// Look at subscription `id` now: end an expired lease, issue a wake for
+    /// pending work, deliver a wake not yet delivered.
+    pub async fn run_due(&self, id: &str) -> SubResult<()> {
+        let rec = match self.transition(id, |rec, tails, now, e| Ok(machine::tick(rec, tails, now, e))).await {
+            Ok((_, rec)) => rec,
+            Err(SubscriptionError::NotFound) => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        // Also when nothing changed: a restart re-arms persisted times here.
+        self.arm(&rec, self.now_ms()).await;
+        self.deliver_if_due(rec).await;
+        Ok(())
+    }
+
+    pub(crate) fn id_lock(&self, id: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut locks = lock(&self.inner.locks);
+        Arc::clone(locks.entry(id.to_owned()).or_default())
+    }
+
+    /// Whether this process's latest record of `id` still has wake
+    /// `wake_id` undelivered (another task may have delivered it since the
+    /// caller's snapshot was taken).
+    pub(crate) fn still_undelivered(&self, id: &str, wake_id: &str) -> bool {
+        let cache = lock(&self.inner.cache);
+        let wake = cache.get(id).and_then(|c| c.value.wake.as_ref().map(|w| (w.wake_id.clone(), w.delivered)));
+        wake.is_some_and(|(w, delivered)| w == wake_id && !delivered)
+    }
+
+    pub(crate) fn remember(&self, revision: u64, rec: SubscriptionRecord) -> Arc<SubscriptionRecord> {
+        let rec = Arc::new(rec);
+        if rec.is_deleted() {
+            lock(&self.inner.cache).remove(&rec.id);
+        } else {
+            lock(&self.inner.cache).insert(rec.id.clone(), Stored { revision, value: Arc::clone(&rec) });
+        }
+        rec
+    }
+
+    /// The record of `id` read from the store (and cached).
+    pub(crate) async fn fetch(&self, id: &str) -> SubResult<Option<Stored<Arc<SubscriptionRecord>>>> {
+        let stored = store::read_subscription(self.store(), id).await?;
+        Ok(stored.map(|s| {
+            let revision = s.revision;
+            Stored { revision, value: self.remember(revision, s.value) }
+        }))
+    }
+
+    /// Current tails of `paths` (`None`: absent, deleted or expired).
+    pub(crate) async fn read_tails<'a>(&self, paths: impl Iterator<Item = &'a String>) -> SubResult<Tails> {
+        let store = self.store();
+        let now = self.now_ms();
+        let mut tails = Tails::new();
+        for path in paths {
+            let meta = store.read_meta(&StreamHandle::detached(path)).await?;
+            let tail = meta
+                .filter(|m| !m.soft_deleted && !m.is_expired(now))
+                .map(|m| Tail { incarnation: m.incarnation, tail: m.tail });
+            tails.insert(path.clone(), tail);
+        }
+        Ok(tails)
+    }
+
+    /// One transition of `id` (see the module docs). `f` may run more than
+    /// once (after a lost race, on a fresh read). Deleted or absent: `NotFound`.
+    pub(crate) async fn transition<T>(
+        &self,
+        id: &str,
+        mut f: impl FnMut(&mut SubscriptionRecord, &Tails, i64, &Entropy) -> SubResult<T>,
+    ) -> SubResult<(T, Arc<SubscriptionRecord>)> {
+        let guard = self.id_lock(id);
+        let _held = guard.lock().await;
+        let mut cached =
+            lock(&self.inner.cache).get(id).map(|c| Stored { revision: c.revision, value: Arc::clone(&c.value) });
+        for _ in 0..ATTEMPTS {
+            let current = match cached.take() {
+                Some(c) => c,
+                None => self.fetch(id).await?.ok_or(SubscriptionError::NotFound)?,
+            };
+            if current.value.is_deleted() {
+                return Err(SubscriptionError::NotFound);
+            }
+            let tails = self.read_tails(current.value.links.keys()).await?;
+            let now = self.now_ms();
+            let mut next = (*current.value).clone();
+            let out = f(&mut next, &tails, now, &Entropy::fresh())?;
+            if next == *current.value {
+                return Ok((out, current.value));
+            }
+            let op = store::put_subscription(&next, Some(current.revision))?;
+            match self.store().commit(ds_core::Commit { ops: vec![op] }).await {
+                Ok(()) => {
+                    let rec = self.remember(current.revision + 1, next);
+                    self.arm(&rec, now).await;
+                    return Ok((out, rec));
+                }
+                Err(StoreError::Conflict) => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(SubscriptionError::Contention)
+    }
+
+    /// Tell the scheduler when `rec` is due next.
+    pub(crate) async fn arm(&self, rec: &SubscriptionRecord, now: i64) {
+        match machine::next_due(rec, now) {
+            Some(at) => self.inner.scheduler.wake_at(&rec.id, at).await,
+            None => self.inner.scheduler.cancel(&rec.id).await,
+        }
+    }
+
+    pub(crate) async fn disarm(&self, id: &str) {
+        self.inner.scheduler.cancel(id).await;
+    }
+
+    /// A commit changed the stream at `path` (called after the commit, by the
+    /// host's hub tap or change feed). Links a stream the pattern matches the
+    /// first time it is seen, at position 0 of its incarnation (so the data
+    /// of the commit that created it is pending), and runs subscriptions that
+    /// now have pending work and no wake in flight. Never blocks: work is
+    /// spawned.
+    pub fn on_stream_changed(&self, path: &str, signal: &TailSignal) {
+        if signal.deleted || ds_protocol::path::is_reserved(path) {
+            return;
+        }
+        let mut to_link = Vec::new();
+        let mut to_run = Vec::new();
+        for (id, c) in lock(&self.inner.cache).iter() {
+            let rec = &c.value;
+            match rec.links.get(path) {
+                Some(link) if rec.wake.is_none() && signal.tail > link.acked_for(&signal.incarnation) => {
+                    to_run.push(id.clone());
+                }
+                Some(_) => {}
+                None if rec.glob_matches(path) => to_link.push(id.clone()),
+                None => {}
+            }
+        }
+        for id in to_link {
+            let (this, path, at) =
+                (self.clone(), path.to_owned(), Tail { incarnation: signal.incarnation.clone(), tail: 0 });
+            tokio::spawn(async move { this.link_discovered(&id, &path, &at).await });
+        }
+        for id in to_run {
+            if lock(&self.inner.poked).insert(id.clone()) {
+                let this = self.clone();
+                tokio::spawn(async move {
+                    lock(&this.inner.poked).remove(&id);
+                    if let Err(e) = this.run_due(&id).await {
+                        tracing::warn!(subscription = %id, error = %e, "subscription run failed");
+                    }
+                });
+            }
+        }
+    }
+
+    async fn link_discovered(&self, id: &str, path: &str, at: &Tail) {
+        let linked = self
+            .transition(id, |rec, _, _, _| {
+                if !rec.glob_matches(path) || rec.links.contains_key(path) {
+                    return Ok(());
+                }
+                if rec.links.len() >= crate::MAX_LINKS {
+                    tracing::warn!(subscription = %id, "a matching stream was not linked: the subscription links the most streams it may");
+                    return Ok(());
+                }
+                rec.link(path, false, Some(at));
+                Ok(())
+            })
+            .await;
+        // The new link's tail is read by the next transition.
+        let result = match linked {
+            Ok(_) => self.run_due(id).await,
+            Err(e) => Err(e),
+        };
+        match result {
+            Ok(()) | Err(SubscriptionError::NotFound) => {}
+            Err(e) => tracing::warn!(subscription = %id, error = %e, "could not link a new stream"),
+        }
+    }
+}

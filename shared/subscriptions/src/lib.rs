@@ -1,0 +1,47 @@
+//! Subscriptions (protocol §6-7): durable cursors over a set of streams (a
+//! glob pattern and explicit links) that wake workers when the streams get
+//! data — by a signed webhook (`POST`, Ed25519) or by wake events on a
+//! pull-wake stream that workers claim — with generation fencing, leases and
+//! persisted retry schedules.
+//!
+//! Written once over the substrate seam (`ds_core`), so memory, local disk
+//! and AWS keep subscriptions the same way:
+//! - state: one keyed record per subscription ([`record`], [`store`]), every
+//!   change one conditional write ([`engine`]); transitions are pure
+//!   ([`machine`]);
+//! - commits reach the engine through [`Subscriptions::on_stream_changed`]
+//!   (in process: the hub tap, [`tap_hub`]);
+//! - later work (delivery now, a lease's end, a retry time) goes through the
+//!   [`WakeScheduler`] seam ([`InProcWakes`] in process), and the time is
+//!   persisted in the record so a restart re-arms it
+//!   ([`Subscriptions::start`]);
+//! - webhook URLs follow the SSRF rules ([`webhook_url`]); signing keys
+//!   ([`signing`]) are generated once and persisted through a [`KeyStore`].
+
+mod api;
+mod config;
+mod deliver;
+mod engine;
+mod error;
+pub mod machine;
+pub mod record;
+mod schedule;
+pub mod signing;
+mod store;
+mod tap;
+pub mod token;
+mod view;
+pub mod webhook_url;
+
+pub use api::{literal_prefix, PutOutcome};
+pub use config::{Config, Kind, DEFAULT_LEASE_TTL_MS, MAX_DESCRIPTION_BYTES, MAX_LEASE_TTL_MS, MIN_LEASE_TTL_MS};
+pub use engine::{Subscriptions, SubscriptionsConfig};
+pub use error::{SubResult, SubscriptionError};
+pub use schedule::{InProcWakes, WakeScheduler};
+pub use signing::{FileKeyStore, KeyRing, KeyStore, MemoryKeyStore, RecordKeyStore};
+pub use tap::{tap_hub, ChangeTap};
+pub use webhook_url::UrlPolicy;
+
+/// Most streams one subscription links (its state is one record of at most
+/// `ds_core::MAX_RECORD_BYTES`).
+pub const MAX_LINKS: usize = 1000;

@@ -1,0 +1,110 @@
+//! The seam between the subscription engine and whatever runs it later:
+//! [`WakeScheduler`] asks for [`crate::Subscriptions::run_due`] of one
+//! subscription at a time (now, for a wake to deliver; at a lease's end; at
+//! a persisted retry time). The time itself is always in the subscription
+//! record too (`next_due`), so a host that restarts re-arms from the records
+//! ([`crate::Subscriptions::start`]) and a lost timer only delays.
+//!
+//! [`InProcWakes`] is the in-process implementation (tokio timers, due ids
+//! on a channel the host drains) that the local server runs for every
+//! store. A serverless host would implement the trait with its own alarms
+//! (e.g. one scheduler entry per subscription) and call `run_due` from the
+//! alarm's handler.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
+use tokio::task::AbortHandle;
+
+/// Runs `Subscriptions::run_due(id)` at a time.
+#[async_trait]
+pub trait WakeScheduler: Send + Sync {
+    /// Run `id` at `at_ms` (epoch ms; past times mean now), replacing the
+    /// time set before for `id`.
+    async fn wake_at(&self, id: &str, at_ms: i64);
+    /// Forget `id`'s time.
+    async fn cancel(&self, id: &str);
+}
+
+struct Timer {
+    at_ms: i64,
+    token: u64,
+    handle: AbortHandle,
+}
+
+struct Inner {
+    due: UnboundedSender<String>,
+    timers: Mutex<HashMap<String, Timer>>,
+    next_token: AtomicU64,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        for t in self.timers.lock().unwrap_or_else(PoisonError::into_inner).values() {
+            t.handle.abort();
+        }
+    }
+}
+
+/// Tokio timers; fired ids arrive on the receiver [`InProcWakes::new`]
+/// returns. At most one timer per id (bounded by the subscriptions).
+pub struct InProcWakes {
+    inner: Arc<Inner>,
+}
+
+fn now_ms() -> i64 {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    i64::try_from(now.as_millis()).unwrap_or(i64::MAX)
+}
+
+impl InProcWakes {
+    pub fn new() -> (Self, UnboundedReceiver<String>) {
+        let (due, rx) = unbounded_channel();
+        let inner = Inner { due, timers: Mutex::new(HashMap::new()), next_token: AtomicU64::new(0) };
+        (Self { inner: Arc::new(inner) }, rx)
+    }
+
+    /// Ids with a timer (tests).
+    pub fn armed(&self) -> Vec<(String, i64)> {
+        let timers = self.inner.timers.lock().unwrap_or_else(PoisonError::into_inner);
+        timers.iter().map(|(id, t)| (id.clone(), t.at_ms)).collect()
+    }
+}
+
+async fn fire(inner: Weak<Inner>, id: String, token: u64, delay: Duration) {
+    if !delay.is_zero() {
+        tokio::time::sleep(delay).await;
+    }
+    let Some(inner) = inner.upgrade() else { return };
+    let mut timers = inner.timers.lock().unwrap_or_else(PoisonError::into_inner);
+    if timers.get(&id).is_some_and(|t| t.token == token) {
+        timers.remove(&id);
+        // A closed channel means the host stopped.
+        let _ = inner.due.send(id);
+    }
+}
+
+#[async_trait]
+impl WakeScheduler for InProcWakes {
+    async fn wake_at(&self, id: &str, at_ms: i64) {
+        let token = self.inner.next_token.fetch_add(1, Ordering::Relaxed);
+        let delay = Duration::from_millis(u64::try_from(at_ms.saturating_sub(now_ms())).unwrap_or(0));
+        let mut timers = self.inner.timers.lock().unwrap_or_else(PoisonError::into_inner);
+        // Spawned under the map lock: the timer cannot look for its entry
+        // before it is there.
+        let handle = tokio::spawn(fire(Arc::downgrade(&self.inner), id.to_owned(), token, delay)).abort_handle();
+        if let Some(old) = timers.insert(id.to_owned(), Timer { at_ms, token, handle }) {
+            old.handle.abort();
+        }
+    }
+
+    async fn cancel(&self, id: &str) {
+        if let Some(old) = self.inner.timers.lock().unwrap_or_else(PoisonError::into_inner).remove(id) {
+            old.handle.abort();
+        }
+    }
+}

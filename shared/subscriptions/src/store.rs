@@ -1,0 +1,91 @@
+//! Where subscription state lives: keyed records ([`ds_core::Record`]) of
+//! the substrate, under reserved paths no application stream can take
+//! (`__ds/…`), so memory, local disk and AWS keep it the same way.
+//!
+//! - `__ds/subscriptions/<id>`, record `state`: the [`SubscriptionRecord`]
+//!   (on AWS its own partition, so subscriptions do not contend).
+//! - `__ds/subscriptions`, record `index`: the ids of live subscriptions, so
+//!   a host can find them all at start-up without listing the table. It is
+//!   written in the same commit as the subscription record when one is
+//!   created or deleted.
+//!
+//! Every write is conditional on the revision read ([`RecordExpect`]).
+
+use std::collections::BTreeSet;
+
+use bytes::Bytes;
+use ds_core::{Op, Record, RecordExpect, StoreError, StreamHandle, StreamStore};
+use serde::{Deserialize, Serialize};
+
+use crate::record::SubscriptionRecord;
+
+const HOME: &str = "__ds/subscriptions";
+/// The records hang off no stream incarnation: a fixed one.
+const INCARNATION: &str = "v1";
+const STATE_KEY: &str = "state";
+const INDEX_KEY: &str = "index";
+
+fn sub_path(id: &str) -> String {
+    format!("{HOME}/{id}")
+}
+
+fn corrupt(what: &str, e: impl std::fmt::Display) -> StoreError {
+    StoreError::Backend(format!("subscription {what} record: {e}"))
+}
+
+/// A record with the revision it was read at.
+#[derive(Debug, Clone)]
+pub struct Stored<T> {
+    pub revision: u64,
+    pub value: T,
+}
+
+/// Ids of the live subscriptions.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Index {
+    pub ids: BTreeSet<String>,
+}
+
+pub async fn read_subscription(
+    store: &dyn StreamStore,
+    id: &str,
+) -> Result<Option<Stored<SubscriptionRecord>>, StoreError> {
+    let record = store.read_record(&StreamHandle::detached(&sub_path(id)), INCARNATION, STATE_KEY).await?;
+    record
+        .map(|r| {
+            let value = serde_json::from_slice(&r.value).map_err(|e| corrupt("state", e))?;
+            Ok(Stored { revision: r.revision, value })
+        })
+        .transpose()
+}
+
+pub async fn read_index(store: &dyn StreamStore) -> Result<Option<Stored<Index>>, StoreError> {
+    let record = store.read_record(&StreamHandle::detached(HOME), INCARNATION, INDEX_KEY).await?;
+    record
+        .map(|r| {
+            let value = serde_json::from_slice(&r.value).map_err(|e| corrupt("index", e))?;
+            Ok(Stored { revision: r.revision, value })
+        })
+        .transpose()
+}
+
+fn put(path: String, key: &str, value: Vec<u8>, expect: Option<u64>) -> Op {
+    Op::PutRecord {
+        path,
+        incarnation: INCARNATION.into(),
+        key: key.into(),
+        record: Record { revision: expect.map_or(1, |r| r + 1), value: Bytes::from(value) },
+        expect: expect.map_or(RecordExpect::Absent, RecordExpect::Revision),
+    }
+}
+
+/// The write of `rec` over the stored revision `expect` (`None`: absent).
+pub fn put_subscription(rec: &SubscriptionRecord, expect: Option<u64>) -> Result<Op, StoreError> {
+    let value = serde_json::to_vec(rec).map_err(|e| corrupt("state", e))?;
+    Ok(put(sub_path(&rec.id), STATE_KEY, value, expect))
+}
+
+pub fn put_index(index: &Index, expect: Option<u64>) -> Result<Op, StoreError> {
+    let value = serde_json::to_vec(index).map_err(|e| corrupt("index", e))?;
+    Ok(put(HOME.into(), INDEX_KEY, value, expect))
+}
