@@ -32,11 +32,27 @@ impl Template {
     /// `{method} {path} HTTP/1.1` with a body; every occurrence of `marker`
     /// (exactly `SEQ_DIGITS` bytes) in the path or body becomes a patch point.
     pub fn new(method: &str, host: &str, path: &str, content_type: &str, body: &[u8], marker: &[u8]) -> Result<Self> {
+        // The same credential the reqwest client sends (client.rs), so the
+        // raw driver works against a server with access control too.
+        let auth = std::env::var("DS_LOAD_AUTHORIZATION").ok().filter(|a| !a.is_empty());
+        Self::build(method, host, path, content_type, body, marker, auth.as_deref())
+    }
+
+    fn build(
+        method: &str,
+        host: &str,
+        path: &str,
+        content_type: &str,
+        body: &[u8],
+        marker: &[u8],
+        authorization: Option<&str>,
+    ) -> Result<Self> {
         if marker.len() != SEQ_DIGITS {
             bail!("patch marker must be {SEQ_DIGITS} bytes");
         }
+        let auth = authorization.map(|a| format!("authorization: {a}\r\n")).unwrap_or_default();
         let mut bytes = format!(
-            "{method} {path} HTTP/1.1\r\nhost: {host}\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\n\r\n",
+            "{method} {path} HTTP/1.1\r\nhost: {host}\r\n{auth}content-type: {content_type}\r\ncontent-length: {}\r\n\r\n",
             body.len()
         )
         .into_bytes();
@@ -317,6 +333,16 @@ mod tests {
         assert!(text.starts_with("PUT /s/x-000000000042 HTTP/1.1\r\n"), "{text}");
         assert!(text.ends_with("\r\n\r\nbody 000000000042."), "{text}");
         assert!(text.contains("content-length: 18\r\n"), "{text}");
+    }
+
+    #[test]
+    fn carries_the_credential() {
+        let t = Template::build("POST", "h", "/s/x", "text/plain", b"b", b"XXXXXXXXXXXX", Some("Bearer abc"))
+            .expect("template");
+        let text = String::from_utf8(t.bytes().to_vec()).expect("utf8");
+        assert!(text.contains("\r\nauthorization: Bearer abc\r\n"), "{text}");
+        let t = Template::build("POST", "h", "/s/x", "text/plain", b"b", b"XXXXXXXXXXXX", None).expect("template");
+        assert!(!String::from_utf8_lossy(t.bytes()).contains("authorization"));
     }
 
     #[test]
