@@ -158,8 +158,14 @@ tool calls-drop
 # ---- 2. conformance through the Function URL ---------------------------------
 say "conformance suite against $URL"
 set +e
-SUITE="$(DS_CONFORMANCE_LIST_SKIPPED=1 bash "$ROOT/tests/conformance/run.sh" --long-poll-timeout-ms 500 "$URL" \
-  2>"$RUN/conformance.err")"
+# Every request here crosses cargo lambda's emulated runtime API and moto
+# (Python): hops production does not have. On a busy 2-core machine two or
+# three of the suite's request-heavy property tests did not finish within
+# vitest's 5 s default per test (5002-5010 ms); with the limit raised they
+# passed, the slowest in 14.9 s at load average 6. 30 s still catches a
+# hang; the 10 slowest tests are listed with their times.
+SUITE="$(DS_CONFORMANCE_LIST_SKIPPED=1 DS_CONFORMANCE_SLOWEST=10 bash "$ROOT/tests/conformance/run.sh" \
+  --long-poll-timeout-ms 500 "$URL" -- --testTimeout=30000 2>"$RUN/conformance.err")"
 SUITE_RC=$?
 set -e
 grep -v '^SKIPPED: ' "$RUN/conformance.err" >&2 || true
