@@ -5,14 +5,14 @@
 #
 # Usage (from anywhere): bash infra/build-lambda.sh [--arm64] [extra cargo-lambda args]
 # Output: $CARGO_TARGET_DIR (default: target)/lambda/<function>/bootstrap.zip for
-#   lambda-http and lambda-alarm; their paths are printed at the end.
+#   every function (lambda-http, lambda-alarm, lambda-processor); their paths are printed at the end.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$HERE/.." && pwd)"
 # shellcheck source=venv.sh
 . "$HERE/venv.sh"
 BIN="$(ds_venv cargo-lambda "$HERE/cargo-lambda-constraints.txt" "cargo-lambda==1.9.2")"
-FUNCTIONS=(lambda-http lambda-alarm)
+FUNCTIONS=(lambda-http lambda-alarm lambda-processor)
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 LAMBDA_DIR="$CARGO_TARGET_DIR/lambda"
 

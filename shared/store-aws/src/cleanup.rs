@@ -5,9 +5,11 @@
 //! at it), so removal may be late or repeated.
 //!
 //! Callers: a commit that deletes a stream purges the wiped incarnation right
-//! after it applies ([`purge_incarnation`]). [`sweep_path`] is called through
-//! `AwsSubstrate::sweep`; nothing schedules it yet, so objects left by a
-//! commit whose outcome stayed unknown remain until someone sweeps the path.
+//! after it applies ([`purge_incarnation`]), and the processor function
+//! purges the incarnation of a meta item the table's TTL removed.
+//! [`sweep_path`] is called through `AwsSubstrate::sweep`: the processor
+//! function sweeps a stream now and then as its chunks accumulate, so
+//! objects left by a commit whose outcome stayed unknown do not stay.
 
 use std::collections::HashSet;
 

@@ -16,6 +16,9 @@ pub enum FaultPoint {
     S3Put,
     /// A `GetObject` on the read path.
     S3Get,
+    /// A seal, between its segment put and its swap transaction: any fault
+    /// here stops the seal as a crash would (the segment stays, unswapped).
+    SealSwap,
 }
 
 /// What happens at the point.

@@ -112,6 +112,31 @@ impl AwsSubstrate {
         segments::seal(&self.backend, path, opts).await
     }
 
+    /// Remove every item and object of a deleted `(path, incarnation)` (see
+    /// [`cleanup::purge_incarnation`]); idempotent.
+    pub async fn purge(&self, path: &str, incarnation: &str) -> Result<(), ds_core::StoreError> {
+        Ok(cleanup::purge_incarnation(&self.backend, path, incarnation).await?)
+    }
+
+    /// The stream path whose items live under partition key `pk` (read from
+    /// its meta item: a path too long for the key is stored hashed there);
+    /// `None` if the stream has no meta item.
+    pub async fn path_of_partition(&self, pk: &str) -> Result<Option<String>, ds_core::StoreError> {
+        use aws_sdk_dynamodb::types::AttributeValue;
+        let b = &self.backend;
+        let out = b
+            .ddb
+            .get_item()
+            .table_name(&b.cfg.table)
+            .consistent_read(true)
+            .key(schema::PK, AttributeValue::S(pk.to_owned()))
+            .key(schema::SK, AttributeValue::S(schema::META_SK.to_owned()))
+            .send()
+            .await
+            .map_err(error::classify)?;
+        Ok(out.item().map(codec::meta_from_item).transpose()?.map(|meta| meta.path))
+    }
+
     /// Remove garbage of one stream path (see [`cleanup::sweep_path`]).
     pub async fn sweep(
         &self,

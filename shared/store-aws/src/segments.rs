@@ -15,7 +15,8 @@
 //!   undone: `Update` never re-creates a purged item, the condition fails).
 //!
 //! Appends are not blocked: sealing never touches the meta item's version.
-//! Nothing triggers a seal yet: it runs when called (`AwsSubstrate::seal`).
+//! The processor function triggers seals (`ds-processor-aws`'s upkeep) as a
+//! stream's inline chunks accumulate; `AwsSubstrate::seal` runs one.
 
 use aws_sdk_dynamodb::types::{ConditionCheck, ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update};
 use ds_core::StoreError;
@@ -64,6 +65,10 @@ pub async fn seal(b: &Backend, path: &str, opts: SealOptions) -> Result<SealRepo
     };
     let (start, end) = (run[0].start, run[run.len() - 1].end);
     let key = write_segment(b, path, &incarnation, &run).await?;
+    #[cfg(feature = "fault-injection")]
+    if b.blobs.faults.take(crate::faults::FaultPoint::SealSwap).is_some() {
+        return Err(StoreError::Unavailable(format!("injected: crashed before swapping in segment {key}")));
+    }
     let result = b
         .ddb
         .transact_write_items()

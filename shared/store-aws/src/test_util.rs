@@ -107,10 +107,20 @@ pub async fn ensure_resources(conf: &aws_config::SdkConfig, cfg: &AwsConfig) {
             e.as_service_error().is_some_and(|s| s.is_bucket_already_owned_by_you() || s.is_bucket_already_exists());
         assert!(ok, "creating bucket {}: {e:?}", cfg.bucket);
     }
-    let group = clients.scheduler.create_schedule_group().name(&cfg.schedule_group).send().await;
+    ensure_schedule_group(&clients.scheduler, &cfg.schedule_group).await;
+}
+
+/// Create the schedule group `name` unless it exists: the emulator's
+/// `CreateScheduleGroup` replaces an existing group, wiping the schedules of
+/// the tests running beside this one.
+pub async fn ensure_schedule_group(scheduler: &aws_sdk_scheduler::Client, name: &str) {
+    if scheduler.get_schedule_group().name(name).send().await.is_ok() {
+        return;
+    }
+    let group = scheduler.create_schedule_group().name(name).send().await;
     if let Err(e) = group {
         let ok = e.as_service_error().is_some_and(|s| s.is_conflict_exception());
-        assert!(ok, "creating schedule group {}: {e:?}", cfg.schedule_group);
+        assert!(ok, "creating schedule group {name}: {e:?}");
     }
 }
 

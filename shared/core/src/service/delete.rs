@@ -4,7 +4,7 @@ use futures::future::BoxFuture;
 use futures::FutureExt;
 
 use super::{Plan, ServiceResult, StreamService};
-use crate::{Commit, Expect, Op, StreamMeta};
+use crate::{Commit, Expect, Op, Record, RecordExpect, StreamMeta};
 
 /// Longest fork chain a cascade walks in one commit (bounds the commit size).
 const MAX_CASCADE: usize = 32;
@@ -48,7 +48,23 @@ impl StreamService {
             incarnation: meta.incarnation.clone(),
             expect_version: meta.version,
         });
-        let mut child = meta;
+        self.release_sources(&mut commit, &mut deleted, meta, None).await?;
+        Ok(Plan::Commit { commit, publish: Vec::new(), deleted, value: (), predicted: None })
+    }
+
+    /// Adds to `commit` the release of the reference `child` (gone, or going
+    /// in the same commit) holds on its fork source: the source's count drops
+    /// by one, or, for a soft-deleted source whose last reference this was,
+    /// the source is deleted too and the walk goes on up the chain. `marker`
+    /// (a record key) is written on the source whose count drops, absent
+    /// before, so a release that must happen once can tell it already did.
+    async fn release_sources(
+        &self,
+        commit: &mut Commit,
+        deleted: &mut Vec<StreamMeta>,
+        mut child: StreamMeta,
+        marker: Option<&str>,
+    ) -> ServiceResult<()> {
         for _ in 0..MAX_CASCADE {
             let Some(origin) = child.fork.clone() else {
                 break;
@@ -73,10 +89,50 @@ impl StreamService {
                 released.ref_count = released.ref_count.saturating_sub(1);
                 released.version += 1;
                 commit.push(Op::PutMeta { meta: released, expect: Expect::Version(source.version) });
+                if let Some(key) = marker {
+                    commit.push(Op::PutRecord {
+                        path: source.path.clone(),
+                        incarnation: source.incarnation.clone(),
+                        key: key.to_owned(),
+                        record: Record { revision: 1, value: bytes::Bytes::new() },
+                        expect: RecordExpect::Absent,
+                    });
+                }
                 break;
             }
         }
-        Ok(Plan::Commit { commit, publish: Vec::new(), deleted, value: (), predicted: None })
+        Ok(())
+    }
+
+    /// A fork whose meta record vanished without a delete (AWS: the table's
+    /// TTL backstop removed it) still holds a reference on its source:
+    /// release it, exactly once however often this runs for `removed` (a
+    /// marker record `fork-released/<incarnation>` on the source says it
+    /// happened — incarnation ids are unique across paths —; a source the
+    /// release deletes needs none). Returns whether this call released it.
+    pub async fn release_removed_fork(&self, removed: &StreamMeta) -> ServiceResult<bool> {
+        let Some(origin) = removed.fork.clone() else {
+            return Ok(false);
+        };
+        let source = self.sub.registry.enter(&origin.source);
+        let marker = format!("fork-released/{}", removed.incarnation);
+        self.mutate(&source, |_| {
+            let (source, marker) = (&source, marker.as_str());
+            async move {
+                let Some(meta) = self.sub.store.read_meta(source).await? else {
+                    return Ok(Plan::Done(false));
+                };
+                if meta.incarnation != origin.source_incarnation
+                    || self.sub.store.read_record(source, &meta.incarnation, marker).await?.is_some()
+                {
+                    return Ok(Plan::Done(false));
+                }
+                let (mut commit, mut deleted) = (Commit::new(), Vec::new());
+                self.release_sources(&mut commit, &mut deleted, removed.clone(), Some(marker)).await?;
+                Ok(Plan::Commit { commit, publish: Vec::new(), deleted, value: true, predicted: None })
+            }
+        })
+        .await
     }
 
     /// Remove an expired stream (best effort: a failure leaves it for the

@@ -1,0 +1,61 @@
+//! The processor function from its environment.
+//!
+//! | variable | meaning |
+//! | --- | --- |
+//! | `DS_AWS_*` | the substrate (`ds_store_aws::AwsConfig`; `DS_AWS_SCHEDULER_ROLE_ARN` is also the role revival schedules run as) |
+//! | `DS_PROCESSOR_FUNCTION_ARN` | this function: the revival schedules' target |
+//! | `DS_PROCESSOR_SCHEDULE_GROUP` | the schedule group of revival alarms |
+//! | `DS_PROCESSOR_TASK_QUEUE_URL` | the SQS queue background tasks are handed to |
+//! | `DS_PROCESSOR_PARKED_QUEUE_URL` | the SQS queue unreadable stream records are parked in |
+
+use std::sync::Arc;
+
+use ds_core::{ServiceConfig, StreamService};
+use ds_store_aws::{AwsClients, AwsSubstrate};
+
+use crate::function::{Deployment, FunctionParts, ProcessorFunction, SqsParking, Wiring};
+use crate::host::HostConfig;
+use crate::revival::{RevivalSchedules, RevivalTarget};
+use crate::tasks::{SqsTaskQueue, TaskQueue};
+use crate::upkeep::UpkeepPolicy;
+
+/// A required setting is missing.
+#[derive(Debug, thiserror::Error)]
+pub enum EnvError {
+    #[error("{0} is not set")]
+    Missing(&'static str),
+    #[error(transparent)]
+    Substrate(#[from] ds_store_aws::ConfigError),
+}
+
+fn required(name: &'static str) -> Result<String, EnvError> {
+    std::env::var(name).ok().filter(|v| !v.is_empty()).ok_or(EnvError::Missing(name))
+}
+
+/// The function over the AWS substrate named by the environment, running
+/// the processors `deploy` registers.
+pub async fn function_from_env(deploy: impl FnOnce(&Wiring) -> Deployment) -> Result<ProcessorFunction, EnvError> {
+    let cfg = ds_store_aws::AwsConfig::from_env()?;
+    let sdk = aws_config::defaults(aws_config::BehaviorVersion::latest()).load().await;
+    let aws = AwsSubstrate::new(cfg.clone(), AwsClients::from_sdk_config(&sdk));
+    let service = StreamService::new(aws.substrate(), ServiceConfig::default());
+    let sqs = aws_sdk_sqs::Client::new(&sdk);
+    let queue: Arc<dyn TaskQueue> = Arc::new(SqsTaskQueue::new(sqs.clone(), required("DS_PROCESSOR_TASK_QUEUE_URL")?));
+    let target = RevivalTarget {
+        schedule_group: required("DS_PROCESSOR_SCHEDULE_GROUP")?,
+        function_arn: required("DS_PROCESSOR_FUNCTION_ARN")?,
+        role_arn: cfg.scheduler_role_arn.clone(),
+    };
+    let alarms = Arc::new(RevivalSchedules::new(aws_sdk_scheduler::Client::new(&sdk), target));
+    let parking = Arc::new(SqsParking::new(sqs, required("DS_PROCESSOR_PARKED_QUEUE_URL")?));
+    let deployment = deploy(&Wiring { service: service.clone(), queue });
+    Ok(ProcessorFunction::new(FunctionParts {
+        aws,
+        service,
+        alarms,
+        parking,
+        deployment,
+        host: HostConfig::default(),
+        upkeep: UpkeepPolicy::default(),
+    }))
+}

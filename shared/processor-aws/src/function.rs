@@ -1,0 +1,291 @@
+//! [`ProcessorFunction`]: everything the processor Lambda does, by event.
+//!
+//! | event | what happens |
+//! | --- | --- |
+//! | DynamoDB Stream batch | chunk inserts ring their stream's doorbell: records of one stream coalesce into one catch-up of its processors; TTL removals are finished ([`crate::upkeep`]); seals and sweeps run when due. Answers `ReportBatchItemFailures` naming the first record of each stream that failed, so one bad stream does not hold the others. |
+//! | SQS batch | background tasks run ([`crate::tasks`]); failed messages are reported. |
+//! | revival schedule | the revival event is appended (once per arming) and the stream's processors catch up. |
+//!
+//! A record this function cannot read is **parked**: sent, with the reason,
+//! to the parked-records queue (the event source's on-failure destination),
+//! logged as an error, and the batch goes on; a retry could never read it,
+//! so failing the batch would only hold the shard.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use aws_lambda_events::streams::{DynamoDbBatchItemFailure, DynamoDbEventResponse};
+use ds_core::StreamService;
+use ds_processor::{JournalError, Recovery, RecoveryError};
+use ds_processor_host::{AlarmScheduler, ProcessorRegistry, StreamRecovery};
+use ds_store_aws::AwsSubstrate;
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+use serde_json::Value;
+
+use crate::host::{HostConfig, Processors};
+use crate::record::{sequence_number_of, Meaning, StreamEvent, StreamKey, StreamRecord};
+use crate::revival::RevivalInput;
+use crate::tasks::{SqsEvent, TaskHandlers, TaskQueue, TaskRunner};
+use crate::upkeep::{Upkeep, UpkeepPolicy};
+
+/// A record that could not be read, as parked.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ParkedRecord {
+    pub reason: String,
+    /// The record as delivered (JSON text).
+    pub record: String,
+}
+
+/// Where unreadable records are kept.
+#[async_trait]
+pub trait RecordParking: Send + Sync {
+    async fn park(&self, parked: &ParkedRecord) -> Result<(), String>;
+}
+
+/// [`RecordParking`] on an SQS queue.
+pub struct SqsParking {
+    sqs: aws_sdk_sqs::Client,
+    queue_url: String,
+}
+
+impl SqsParking {
+    pub fn new(sqs: aws_sdk_sqs::Client, queue_url: impl Into<String>) -> Self {
+        Self { sqs, queue_url: queue_url.into() }
+    }
+}
+
+#[async_trait]
+impl RecordParking for SqsParking {
+    async fn park(&self, parked: &ParkedRecord) -> Result<(), String> {
+        let body = serde_json::to_string(parked).map_err(|e| e.to_string())?;
+        self.sqs.send_message().queue_url(&self.queue_url).message_body(body).send().await.map_err(|e| {
+            e.as_service_error().map_or_else(|| format!("{e:?}"), |s| format!("{s:?}"))
+        })?;
+        Ok(())
+    }
+}
+
+/// What a deployment runs: its processors (by stream pattern) and the
+/// handlers of their background tasks.
+#[derive(Default)]
+pub struct Deployment {
+    pub registry: ProcessorRegistry,
+    pub tasks: TaskHandlers,
+}
+
+/// What processors of a deployment may hold on to when they are built.
+#[derive(Clone)]
+pub struct Wiring {
+    pub service: StreamService,
+    /// Where their background work goes ([`crate::tasks`]).
+    pub queue: Arc<dyn TaskQueue>,
+}
+
+/// The parts a [`ProcessorFunction`] is made of.
+pub struct FunctionParts {
+    pub aws: AwsSubstrate,
+    pub service: StreamService,
+    pub alarms: Arc<dyn AlarmScheduler>,
+    pub parking: Arc<dyn RecordParking>,
+    pub deployment: Deployment,
+    pub host: HostConfig,
+    pub upkeep: UpkeepPolicy,
+}
+
+/// An event the function does not know.
+#[derive(Debug, thiserror::Error)]
+pub enum FunctionError {
+    #[error("unrecognised event: {0}")]
+    UnknownEvent(String),
+    #[error("revival of {slug} on {path} failed: {why}")]
+    Revival { path: String, slug: String, why: String },
+}
+
+/// The events the function is invoked with.
+#[derive(Debug)]
+pub enum Invocation {
+    Stream(StreamEvent),
+    Tasks(SqsEvent),
+    Revival(RevivalInput),
+}
+
+impl Invocation {
+    /// Tells the event sources apart (`eventSource` of the first record, or
+    /// the revival input's `kind`).
+    pub fn classify(payload: Value) -> Result<Self, FunctionError> {
+        let source = payload.pointer("/Records/0/eventSource").and_then(Value::as_str).map(str::to_owned);
+        let unknown = |e: serde_json::Error| FunctionError::UnknownEvent(e.to_string());
+        match source.as_deref() {
+            Some("aws:dynamodb") => serde_json::from_value(payload).map(Self::Stream).map_err(unknown),
+            Some("aws:sqs") => serde_json::from_value(payload).map(Self::Tasks).map_err(unknown),
+            Some(other) => Err(FunctionError::UnknownEvent(format!("records from {other}"))),
+            None if payload.get("kind").is_some() => serde_json::from_value(payload).map(Self::Revival).map_err(unknown),
+            None => Err(FunctionError::UnknownEvent("no Records and no revival kind".into())),
+        }
+    }
+}
+
+/// The processor function (see module docs).
+pub struct ProcessorFunction {
+    aws: AwsSubstrate,
+    service: StreamService,
+    alarms: Arc<dyn AlarmScheduler>,
+    processors: Processors,
+    upkeep: Upkeep,
+    tasks: TaskRunner,
+    parking: Arc<dyn RecordParking>,
+}
+
+/// The doorbells of one stream within a batch.
+struct Bell {
+    first_sequence: String,
+    incarnation: String,
+    chunks: u32,
+}
+
+impl ProcessorFunction {
+    pub fn new(parts: FunctionParts) -> Self {
+        let FunctionParts { aws, service, alarms, parking, deployment, host, upkeep } = parts;
+        Self {
+            processors: Processors::new(service.clone(), deployment.registry, Arc::clone(&alarms), host),
+            upkeep: Upkeep::new(aws.clone(), service.clone(), upkeep),
+            tasks: TaskRunner::new(service.clone(), deployment.tasks),
+            aws,
+            service,
+            alarms,
+            parking,
+        }
+    }
+
+    pub fn processors(&self) -> &Processors {
+        &self.processors
+    }
+
+    /// This instance's substrate (its own clients and caches).
+    pub fn substrate(&self) -> &AwsSubstrate {
+        &self.aws
+    }
+
+    /// One invocation; the answer is the event source's batch response.
+    pub async fn handle(&self, payload: Value, deadline_ms: u64) -> Result<Value, FunctionError> {
+        match Invocation::classify(payload)? {
+            Invocation::Stream(event) => Ok(to_json(&self.handle_stream(&event, deadline_ms).await)),
+            Invocation::Tasks(event) => Ok(to_json(&self.tasks.handle(&event).await)),
+            Invocation::Revival(input) => {
+                self.handle_revival(&input, deadline_ms).await?;
+                Ok(serde_json::json!({ "revived": input.slug, "path": input.path }))
+            }
+        }
+    }
+
+    /// A DynamoDB Stream batch (see module docs).
+    pub async fn handle_stream(&self, event: &StreamEvent, deadline_ms: u64) -> DynamoDbEventResponse {
+        let mut failed: Vec<String> = Vec::new();
+        let mut order: Vec<String> = Vec::new();
+        let mut bells: HashMap<String, Bell> = HashMap::new();
+        for raw in &event.records {
+            let record = match StreamRecord::parse(raw) {
+                Ok(record) => record,
+                Err(e) => {
+                    self.park(raw, &e.to_string(), &mut failed).await;
+                    continue;
+                }
+            };
+            let seq = record.sequence_number().to_owned();
+            match record.meaning() {
+                Err(e) => self.park(raw, &e.to_string(), &mut failed).await,
+                Ok(Meaning::Ignored { why }) => tracing::debug!(seq, why, "record ignored"),
+                Ok(Meaning::TtlRemoved { meta }) => {
+                    if let Err(e) = self.upkeep.ttl_removed(&meta).await {
+                        tracing::error!(seq, error = %e, "finishing a TTL removal failed");
+                        failed.push(seq);
+                    }
+                }
+                Ok(Meaning::Doorbell { stream, incarnation, .. }) => {
+                    let Some(path) = self.resolve(stream, &seq, &mut failed).await else { continue };
+                    let bell = bells.entry(path.clone()).or_insert_with(|| {
+                        order.push(path);
+                        Bell { first_sequence: seq, incarnation: incarnation.clone(), chunks: 0 }
+                    });
+                    bell.incarnation = incarnation;
+                    bell.chunks += 1;
+                }
+            }
+        }
+        for path in order {
+            let Some(bell) = bells.remove(&path) else { continue };
+            if let Err(errors) = self.processors.wake(&path, Some(&bell.incarnation), deadline_ms).await {
+                for e in &errors {
+                    tracing::error!(path, error = %e, "processing the stream failed; its records will be retried");
+                }
+                failed.push(bell.first_sequence);
+            }
+            self.upkeep.chunks_inserted(&path, bell.chunks).await;
+        }
+        let mut response = DynamoDbEventResponse::default();
+        for seq in failed {
+            let mut failure = DynamoDbBatchItemFailure::default();
+            failure.item_identifier = Some(seq);
+            response.batch_item_failures.push(failure);
+        }
+        response
+    }
+
+    /// The path of a doorbell's stream; `None` if it is gone or the lookup
+    /// failed (then the record is marked failed).
+    async fn resolve(&self, stream: StreamKey, seq: &str, failed: &mut Vec<String>) -> Option<String> {
+        match stream {
+            StreamKey::Path(path) => Some(path),
+            StreamKey::HashedPartition(pk) => match self.aws.path_of_partition(&pk).await {
+                Ok(Some(path)) => Some(path),
+                Ok(None) => {
+                    tracing::info!(pk, "doorbell of a stream that is gone: nothing to process");
+                    None
+                }
+                Err(e) => {
+                    tracing::error!(pk, error = %e, "looking up a stream's path failed");
+                    failed.push(seq.to_owned());
+                    None
+                }
+            },
+        }
+    }
+
+    async fn park(&self, raw: &RawValue, reason: &str, failed: &mut Vec<String>) {
+        tracing::error!(reason, record = raw.get(), "unreadable stream record: parking it");
+        let parked = ParkedRecord { reason: reason.to_owned(), record: raw.get().to_owned() };
+        if let Err(e) = self.parking.park(&parked).await {
+            // Not kept anywhere yet: the event source must deliver it again.
+            tracing::error!(error = %e, "parking the record failed");
+            if let Some(seq) = sequence_number_of(raw) {
+                failed.push(seq);
+            }
+        }
+    }
+
+    /// A revival schedule fired: append its revival event to the stream life
+    /// it was armed for, then catch the stream's processors up.
+    pub async fn handle_revival(&self, input: &RevivalInput, deadline_ms: u64) -> Result<(), FunctionError> {
+        let failure = |why: String| FunctionError::Revival { path: input.path.clone(), slug: input.slug.clone(), why };
+        let recovery = StreamRecovery::new(self.service.clone(), &input.path, Arc::clone(&self.alarms));
+        match recovery.handle_alarm(&input.alarm()).await {
+            Ok(outcome) => tracing::info!(path = %input.path, slug = %input.slug, ?outcome, "revival appended"),
+            Err(RecoveryError::Journal(JournalError::IncarnationChanged { .. } | JournalError::StreamNotFound)) => {
+                tracing::info!(path = %input.path, slug = %input.slug, "revival of a stream life that is over: nothing owed");
+                return Ok(());
+            }
+            Err(e) => return Err(failure(e.to_string())),
+        }
+        self.processors
+            .wake(&input.path, Some(&input.incarnation), deadline_ms)
+            .await
+            .map_err(|errors| failure(errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")))
+    }
+}
+
+fn to_json<T: Serialize>(value: &T) -> Value {
+    serde_json::to_value(value).unwrap_or(Value::Null)
+}

@@ -1,0 +1,109 @@
+//! [`DoorbellJournal`]: the stream journal as a doorbell-driven host reads
+//! it, so a processed batch costs one journal read.
+//!
+//! A runner's scan ends by reading past the last entry to confirm it is at
+//! the head. The core's journal page already says where the tail was when
+//! it was read (consistently), so a read starting at that tail is answered
+//! empty without another round trip. That is only sound because the host is
+//! doorbell-driven: any append after the page was read writes a chunk whose
+//! stream record invokes the host again, and the host forgets the head
+//! ([`DoorbellJournal::forget_head`]) before every drive. The journal's own
+//! appends forget it too.
+//!
+//! It also opens on the incarnation the doorbell named (no read); if the
+//! stream was re-created since, the first read fails with
+//! `IncarnationChanged` and the host opens the runner anew.
+
+use std::sync::Mutex;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use ds_core::{ServiceError, StreamService};
+use ds_processor::{AppendOutcome, Journal, JournalEntry, JournalError, StreamIncarnation};
+use ds_processor_host::StreamJournal;
+
+/// Most bytes one read returns (as `StreamJournal`).
+const READ_BYTES: usize = 256 * 1024;
+
+/// See the module docs.
+pub struct DoorbellJournal {
+    service: StreamService,
+    inner: StreamJournal,
+    path: String,
+    /// The incarnation the doorbell named, used once by `incarnation()`.
+    hint: Mutex<Option<StreamIncarnation>>,
+    /// `(incarnation, tail)` of the last page read in this drive.
+    head: Mutex<Option<(StreamIncarnation, u64)>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn journal_error(e: ServiceError, bound: &StreamIncarnation) -> JournalError {
+    match e {
+        ServiceError::IncarnationChanged { found, .. } => {
+            JournalError::IncarnationChanged { expected: bound.clone(), current: Some(StreamIncarnation::new(found)) }
+        }
+        ServiceError::NotFound | ServiceError::Gone | ServiceError::Expired(_) => {
+            JournalError::IncarnationChanged { expected: bound.clone(), current: None }
+        }
+        other => JournalError::Unavailable(other.to_string()),
+    }
+}
+
+impl DoorbellJournal {
+    pub fn new(service: StreamService, path: &str, hint: Option<StreamIncarnation>) -> Self {
+        Self {
+            inner: StreamJournal::new(service.clone(), path),
+            service,
+            path: path.to_owned(),
+            hint: Mutex::new(hint),
+            head: Mutex::new(None),
+        }
+    }
+
+    /// A doorbell rang: the next read goes to the store.
+    pub fn forget_head(&self) {
+        *lock(&self.head) = None;
+    }
+}
+
+#[async_trait]
+impl Journal for DoorbellJournal {
+    async fn incarnation(&self) -> Result<StreamIncarnation, JournalError> {
+        if let Some(hint) = lock(&self.hint).take() {
+            return Ok(hint);
+        }
+        self.inner.incarnation().await
+    }
+
+    async fn read_after(
+        &self,
+        incarnation: &StreamIncarnation,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<JournalEntry>, JournalError> {
+        let known = lock(&self.head).as_ref().is_some_and(|(inc, tail)| inc == incarnation && after >= *tail);
+        if known {
+            return Ok(Vec::new());
+        }
+        let page = self
+            .service
+            .read_journal(&self.path, incarnation.as_str(), after, READ_BYTES)
+            .await
+            .map_err(|e| journal_error(e, incarnation))?;
+        *lock(&self.head) = Some((incarnation.clone(), page.tail));
+        Ok(page.entries.into_iter().take(limit).map(|(position, data)| JournalEntry::new(position, data)).collect())
+    }
+
+    async fn append(
+        &self,
+        incarnation: &StreamIncarnation,
+        data: Bytes,
+        idempotency_key: &str,
+    ) -> Result<AppendOutcome, JournalError> {
+        self.forget_head();
+        self.inner.append(incarnation, data, idempotency_key).await
+    }
+}

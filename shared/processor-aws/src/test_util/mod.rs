@@ -1,0 +1,29 @@
+//! The AWS side of the processor function, played against the emulator
+//! (feature `test-util`). moto runs no event source mappings and fires no
+//! schedules, so these pumps do what Lambda and Scheduler would, and are
+//! the only stand-ins; everything they invoke is the real function:
+//!
+//! - [`StreamPump`]: reads the table's DynamoDB Stream (`DescribeStream`,
+//!   `GetShardIterator`, `GetRecords`), keeps only the records the
+//!   template's `FilterCriteria` let through (parsed from template.yaml, see
+//!   [`template`]), builds the Lambda event and invokes the function, with
+//!   `ReportBatchItemFailures` semantics (a failed record and everything
+//!   after it is delivered again). It also plays the table's TTL.
+//! - [`SchedulePump`]: fires revival schedules into the function.
+//! - [`SqsPump`]: delivers a queue's messages as Lambda's SQS event source
+//!   does (reported failures come back; the queue's redrive policy
+//!   dead-letters them).
+//!
+//! [`ProcessorEnv`] gives each test its own table (so its own stream
+//! shard), bucket, schedule groups and queues on the shared emulator.
+
+mod env;
+mod scheduler;
+mod sqs;
+mod streams;
+pub mod template;
+
+pub use env::{ProcessorEnv, TEST_MAX_RECEIVES, TEST_VISIBILITY_SECS};
+pub use scheduler::SchedulePump;
+pub use sqs::{SqsDelivery, SqsPump};
+pub use streams::{StreamDelivery, StreamPump};

@@ -1,0 +1,60 @@
+//! [`SchedulePump`]: EventBridge Scheduler firing revival schedules into
+//! the processor function (moto stores schedules but never fires them).
+
+use super::env::ProcessorEnv;
+use crate::function::ProcessorFunction;
+
+/// See the module docs.
+pub struct SchedulePump {
+    scheduler: aws_sdk_scheduler::Client,
+    group: String,
+}
+
+/// The epoch ms of an `at(yyyy-mm-ddThh:mm:ss)` expression (UTC).
+fn at_ms(expression: &str) -> Option<i64> {
+    let inner = expression.strip_prefix("at(")?.strip_suffix(')')?;
+    let fmt = time::macros::format_description!("[year]-[month]-[day]T[hour]:[minute]:[second]");
+    let t = time::PrimitiveDateTime::parse(inner, &fmt).ok()?.assume_utc();
+    Some(i64::try_from(t.unix_timestamp_nanos() / 1_000_000).ok()?)
+}
+
+impl SchedulePump {
+    pub fn new(env: &ProcessorEnv) -> Self {
+        Self { scheduler: aws_sdk_scheduler::Client::new(&env.conf), group: env.revival_group.clone() }
+    }
+
+    /// `(name, input, at_ms)` of every pending revival schedule.
+    pub async fn pending(&self) -> Vec<(String, String, i64)> {
+        let listed = self.scheduler.list_schedules().group_name(&self.group).send().await.expect("list schedules");
+        let mut out = Vec::new();
+        for s in listed.schedules() {
+            let Some(name) = s.name() else { continue };
+            let got = self.scheduler.get_schedule().name(name).group_name(&self.group).send().await;
+            let Ok(got) = got else { continue };
+            let input = got.target().and_then(|t| t.input()).unwrap_or_default().to_owned();
+            let at = got.schedule_expression().and_then(at_ms).unwrap_or(i64::MAX);
+            out.push((name.to_owned(), input, at));
+        }
+        out
+    }
+
+    /// Fires every schedule due by `now_ms` into `function` (the time
+    /// argument lets a test fire an alarm without waiting for it). A fired
+    /// schedule is deleted once the invocation succeeded
+    /// (`ActionAfterCompletion=DELETE`); a failed one stays. Returns how
+    /// many invocations succeeded.
+    pub async fn fire_due(&self, function: &ProcessorFunction, now_ms: i64, deadline_ms: u64) -> usize {
+        let mut fired = 0;
+        for (name, input, at) in self.pending().await {
+            if at > now_ms {
+                continue;
+            }
+            let payload: serde_json::Value = serde_json::from_str(&input).expect("schedule input is JSON");
+            if function.handle(payload, deadline_ms).await.is_ok() {
+                let _ = self.scheduler.delete_schedule().name(&name).group_name(&self.group).send().await;
+                fired += 1;
+            }
+        }
+        fired
+    }
+}

@@ -1,0 +1,9 @@
+//! The processor function end to end on the emulator, driven by the pumps
+//! that play Lambda's event sources and EventBridge Scheduler.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod crash;
+mod e2e;
+mod upkeep;
