@@ -11,9 +11,18 @@ would otherwise find out the hard way:
   NONE has the two public permissions, AWS_IAM has none;
 - each function's IAM policy allows every AWS call its code makes, on the
   resources its environment names: the SDK calls found in
-  shared/store-aws/src (all of them for the HTTP function, which serves every
-  request path) and, with --observed, the calls each function was seen making
-  at the emulator through the Lambda runtime emulator;
+  shared/store-aws/src (all of them for the HTTP and processor functions,
+  which serve every request path) and shared/processor-aws/src (the
+  processor function's own: SQS, revival schedules) and, with --observed, the
+  calls each function was seen making at the emulator through the Lambda
+  runtime emulator;
+- the processor function's event sources: the table stream's mapping
+  filters (chunk inserts and TTL removals only), bisects, retries a bounded
+  number of times, reports batch item failures and has an SQS on-failure
+  destination; the task queue's mapping reports batch item failures, the
+  queue dead-letters after a bounded number of receives and stays invisible
+  at least a function timeout; the function's role may do what its mappings
+  do for it, and the scheduler role may invoke it;
 - no S3 lifecycle rule expires objects under a prefix the code never writes,
   or live objects;
 - the Rules accept exactly the parameter combinations whose waits end at
@@ -45,11 +54,12 @@ PSEUDO = {
 }
 # A wait must end this long before the function timeout (see template.yaml's Rules).
 TIMEOUT_MARGIN_MS = 5_000
-HTTP, ALARM = "HttpFunction", "AlarmFunction"
+HTTP, ALARM, PROCESSOR = "HttpFunction", "AlarmFunction", "ProcessorFunction"
 
 # AWS API operation -> [(IAM action, resource kind)]. Kinds: table, objects
 # (keys in the bucket), bucket (ListBucket, with the key prefix as s3:prefix),
-# schedules, scheduler-role (iam:PassRole). TransactWriteItems is authorized
+# schedules, scheduler-role (iam:PassRole), queues (every *_QUEUE_URL of the
+# function's environment). TransactWriteItems is authorized
 # per item action (filled in from the transaction builders the code uses).
 IAM_FOR_OPERATION = {
     "GetItem": [("dynamodb:GetItem", "table")],
@@ -72,6 +82,7 @@ IAM_FOR_OPERATION = {
     "UpdateSchedule": [("scheduler:UpdateSchedule", "schedules"), ("iam:PassRole", "scheduler-role")],
     "DeleteSchedule": [("scheduler:DeleteSchedule", "schedules")],
     "GetSchedule": [("scheduler:GetSchedule", "schedules")],
+    "SendMessage": [("sqs:SendMessage", "queues")],
 }
 TRANSACT_ITEM_ACTIONS = {
     "Put": "dynamodb:PutItem",
@@ -171,6 +182,7 @@ class Resolver:
             "AWS::S3::Bucket": f"arn:aws:s3:::{name}",
             "AWS::IAM::Role": f"arn:aws:iam::{ACCOUNT}:role/{name}",
             "AWS::Lambda::Function": f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:{name}",
+            "AWS::SQS::Queue": f"arn:aws:sqs:{REGION}:{ACCOUNT}:{name}",
         }.get(kind, f"arn:unknown:{logical_id}")
 
     def name_of(self, logical_id):
@@ -301,7 +313,7 @@ def function_env(cfn, function_id, resolver):
     return {k: resolver.resolve(v) for k, v in env.items()}
 
 
-def requests_for(operation, env, key_prefixes, transact_actions):
+def requests_for(operation, env, key_prefixes, transact_actions, resolver=None):
     """(action, resource, context) triples one call of `operation` needs."""
     if operation not in IAM_FOR_OPERATION:
         return None
@@ -310,7 +322,8 @@ def requests_for(operation, env, key_prefixes, transact_actions):
         pairs = [(a, "table") for a in sorted(transact_actions)]
     table = f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/{env.get('DS_AWS_TABLE')}"
     bucket = f"arn:aws:s3:::{env.get('DS_AWS_BUCKET')}"
-    schedules = f"arn:aws:scheduler:{REGION}:{ACCOUNT}:schedule/{env.get('DS_AWS_SCHEDULE_GROUP')}/ds-0123abcd"
+    # Every schedule group the function's environment names (expiry; revival).
+    groups = [v for k, v in sorted(env.items()) if k.endswith("_SCHEDULE_GROUP")]
     out = []
     for action, kind in pairs:
         if kind == "table":
@@ -320,10 +333,15 @@ def requests_for(operation, env, key_prefixes, transact_actions):
         elif kind == "bucket":
             out.extend((action, bucket, {"s3:prefix": f"{p}digest/incarnation/"}) for p in key_prefixes)
         elif kind == "schedules":
-            out.append((action, schedules, {}))
+            out.extend((action, f"arn:aws:scheduler:{REGION}:{ACCOUNT}:schedule/{g}/ds-0123abcd", {}) for g in groups)
         elif kind == "scheduler-role":
             out.append((action, env.get("DS_AWS_SCHEDULER_ROLE_ARN", ""),
                         {"iam:PassedToService": "scheduler.amazonaws.com"}))
+        elif kind == "queues":
+            urls = [v for k, v in sorted(env.items()) if k.endswith("_QUEUE_URL")]
+            # A queue's Ref (its URL) resolves to `ref:Id`; its ARN is Id's.
+            out.extend((action, resolver.arn_of(u[4:]) if resolver and u.startswith("ref:") else u, {})
+                       for u in urls or ["(no queue in the environment)"])
     return out
 
 
@@ -331,7 +349,7 @@ def check_calls(c, cfn, resolver, function_id, operations, source, key_prefixes,
     stmts = statements(cfn, function_id)
     env = function_env(cfn, function_id, resolver)
     for op in sorted(operations):
-        needs = requests_for(op, env, key_prefixes, transact_actions)
+        needs = requests_for(op, env, key_prefixes, transact_actions, resolver)
         if needs is None:
             c.check(False, f"{function_id}: {op} ({source}) has an IAM mapping",
                     f"add {op} to IAM_FOR_OPERATION in {os.path.basename(__file__)}")
@@ -343,23 +361,26 @@ def check_calls(c, cfn, resolver, function_id, operations, source, key_prefixes,
 
 # ---------------------------------------------------------------- source
 
-def sdk_operations(root):
-    """AWS operations the substrate's code calls (`.ddb.op()`, `.s3.op()`, `.scheduler.op()`)."""
+def sdk_operations(root, crate="store-aws"):
+    """AWS operations a crate's code calls (`.ddb.op()`, `.s3.op()`, `.scheduler.op()`, `.sqs.op()`)."""
     ops, transact = set(), set()
-    src_dir = os.path.join(root, "shared", "store-aws", "src")
+    src_dir = os.path.join(root, "shared", crate, "src")
     with open(os.path.join(src_dir, "lib.rs"), encoding="utf-8") as f:
         lib = f.read()
     # Modules behind a cargo feature (the tests' emulator set-up) are not in
     # the functions' builds.
-    gated = {f"{m}.rs" for m in re.findall(r"#\[cfg\([^\]]*feature[^\]]*\)\]\s*pub mod (\w+);", lib)}
-    for dirpath, _, files in os.walk(src_dir):
+    gated_mods = set(re.findall(r"#\[cfg\([^\]]*feature[^\]]*\)\]\s*pub mod (\w+);", lib))
+    gated = {f"{m}.rs" for m in gated_mods}
+    for dirpath, dirs, files in os.walk(src_dir):
+        if dirpath == src_dir:
+            dirs[:] = [d for d in dirs if d not in gated_mods]  # a gated module's directory
         for name in files:
-            if not name.endswith(".rs") or name in gated:
+            if not name.endswith(".rs") or (dirpath == src_dir and name in gated):
                 continue
             with open(os.path.join(dirpath, name), encoding="utf-8") as f:
                 text = f.read()
             text = text.split("#[cfg(test)]", 1)[0]
-            for m in re.finditer(r"\.(?:ddb|s3|scheduler)\s*\.\s*([a-z0-9_]+)\(\)", text):
+            for m in re.finditer(r"\.(?:ddb|s3|scheduler|sqs)\s*\.\s*([a-z0-9_]+)\(\)", text):
                 ops.add("".join(part.capitalize() for part in m.group(1).split("_")))
             if "transact_write_items" in text:
                 for m in re.finditer(r"\b(Put|Update|Delete|ConditionCheck)::builder\(\)", text):
@@ -422,6 +443,12 @@ def check_iam(c, sam, root, observed):
         if op in ops:
             c.note(f"{op} is not expected from a Lambda: {why}")
     check_calls(c, cfn, resolver, HTTP, from_lambda, "in the code", prefixes, transact)
+    own, own_transact = sdk_operations(root, "processor-aws")
+    c.check(bool(own), "found the processor function's own SDK calls (shared/processor-aws/src)", f"{own}")
+    for op in sorted(own):
+        c.check(op in IAM_FOR_OPERATION, f"{op} (in shared/processor-aws/src) has an IAM mapping",
+                f"add {op} to IAM_FOR_OPERATION")
+    check_calls(c, cfn, resolver, PROCESSOR, from_lambda | own, "in the code", prefixes, transact | own_transact)
     if observed is None:
         c.note("no --observed calls: the calls seen through the Lambda runtime emulator are checked by make test")
         return
@@ -516,6 +543,85 @@ def check_scheduler_target(c, sam):
             "the scheduler role may invoke the alarm function")
 
 
+def mappings(cfn, function_id):
+    """The event source mappings of a function, by logical id."""
+    return {lid: r["Properties"] for lid, r in cfn["Resources"].items()
+            if r["Type"] == "AWS::Lambda::EventSourceMapping"
+            and r["Properties"].get("FunctionName") in ({"Ref": function_id}, {"Fn::GetAtt": [function_id, "Arn"]})}
+
+
+def check_processor(c, sam):
+    params = defaults(sam)
+    cfn = transform(sam, params)
+    resolver = Resolver(cfn, params)
+    res = cfn["Resources"]
+    maps = mappings(cfn, PROCESSOR)
+    table = [m for m in maps.values() if m.get("EventSourceArn") == {"Fn::GetAtt": ["StreamsTable", "StreamArn"]}]
+    ok = c.check(len(table) == 1, "the processor function has one mapping on the table's stream", f"{maps}")
+    if ok:
+        m = table[0]
+        patterns = [json.loads(f["Pattern"]) for f in m.get("FilterCriteria", {}).get("Filters", [])]
+        inserts = [p for p in patterns if p.get("eventName") == ["INSERT"]
+                   and p.get("dynamodb", {}).get("Keys", {}).get("sk", {}).get("S") == [{"prefix": "c#"}]]
+        removals = [p for p in patterns if p.get("eventName") == ["REMOVE"]
+                    and p.get("userIdentity", {}).get("principalId") == ["dynamodb.amazonaws.com"]
+                    and p.get("dynamodb", {}).get("Keys", {}).get("sk", {}).get("S") == ["meta"]]
+        c.check(len(patterns) == 2 and inserts and removals,
+                "the table stream's FilterCriteria let through chunk inserts and TTL removals of meta items only",
+                f"{patterns}")
+        c.check(m.get("StartingPosition") in ("TRIM_HORIZON", "LATEST"), "the table stream's mapping has a StartingPosition")
+        c.check(m.get("BisectBatchOnFunctionError") is True, "a failing batch is bisected")
+        retries = m.get("MaximumRetryAttempts")
+        c.check(isinstance(retries, int) and 0 <= retries <= 10000, "retries of a failing batch are bounded",
+                f"MaximumRetryAttempts {retries}")
+        c.check("ReportBatchItemFailures" in m.get("FunctionResponseTypes", []),
+                "the table stream's mapping takes batch item failures")
+        dest = m.get("DestinationConfig", {}).get("OnFailure", {}).get("Destination", {})
+        dest_id = dest.get("Fn::GetAtt", [None])[0] if isinstance(dest, dict) else None
+        c.check(res.get(dest_id, {}).get("Type") == "AWS::SQS::Queue",
+                "records the table stream's mapping gives up on go to an SQS queue", f"{dest}")
+    queues = [m for m in maps.values() if res.get((m.get("EventSourceArn") or {}).get("Fn::GetAtt", [None])[0], {})
+              .get("Type") == "AWS::SQS::Queue"]
+    if c.check(len(queues) == 1, "the processor function has one SQS mapping (background tasks)", f"{maps}"):
+        q = queues[0]
+        c.check("ReportBatchItemFailures" in q.get("FunctionResponseTypes", []), "the task mapping takes batch item failures")
+        qid = q["EventSourceArn"]["Fn::GetAtt"][0]
+        props = res[qid].get("Properties", {})
+        redrive = props.get("RedrivePolicy", {})
+        dlq = (redrive.get("deadLetterTargetArn") or {}).get("Fn::GetAtt", [None])[0]
+        c.check(res.get(dlq, {}).get("Type") == "AWS::SQS::Queue" and int(redrive.get("maxReceiveCount", 0)) > 0,
+                f"{qid} dead-letters a task after a bounded number of receives", f"{redrive}")
+        timeout = int(res[PROCESSOR]["Properties"].get("Timeout", 3))
+        c.check(int(props.get("VisibilityTimeout", 30)) >= timeout,
+                f"{qid} keeps a received task invisible at least the function's timeout ({timeout} s)")
+        env = function_env(cfn, PROCESSOR, resolver)
+        c.check(env.get("DS_PROCESSOR_TASK_QUEUE_URL") == f"ref:{qid}", "tasks are enqueued where the mapping reads")
+    # What the mappings do as the function's role.
+    stmts = statements(cfn, PROCESSOR)
+    needs = []
+    for m in maps.values():
+        src = m.get("EventSourceArn")
+        arn = resolver.resolve(src)
+        if src == {"Fn::GetAtt": ["StreamsTable", "StreamArn"]}:
+            needs += [(a, arn) for a in ("dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator")]
+            needs.append(("dynamodb:ListStreams", "*"))
+        else:
+            needs += [(a, arn) for a in ("sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes")]
+        dest = m.get("DestinationConfig", {}).get("OnFailure", {}).get("Destination")
+        if dest:
+            needs.append(("sqs:SendMessage", resolver.resolve(dest)))
+    missing = [f"{a} on {r}" for a, r in needs if not allowed(stmts, resolver, a, r, {})]
+    c.check(bool(needs) and not missing, "the processor function's role may do what its event source mappings do",
+            "not allowed: " + "; ".join(missing))
+    env = function_env(cfn, PROCESSOR, resolver)
+    target = env.get("DS_PROCESSOR_FUNCTION_ARN")
+    c.check(target == resolver.arn_of(PROCESSOR), "revival schedules target the processor function", f"{target}")
+    role = res["SchedulerInvokeRole"]["Properties"]
+    role_stmts = [s for p in role["Policies"] for s in as_list(p["PolicyDocument"]["Statement"])]
+    c.check(allowed(role_stmts, resolver, "lambda:InvokeFunction", target or "", {}),
+            "the scheduler role may invoke the processor function")
+
+
 def check_build(c, sam, build_dir):
     for lid, r in sam["Resources"].items():
         if r["Type"] != "AWS::Serverless::Function":
@@ -538,6 +644,7 @@ def run_checks(sam, root, observed=None, build_dir=None, quiet=False):
     check_lifecycle(c, sam, root)
     check_parameters(c, sam)
     check_scheduler_target(c, sam)
+    check_processor(c, sam)
     if build_dir:
         check_build(c, sam, build_dir)
     return c
@@ -574,6 +681,14 @@ def self_test(sam, root):
         ("AuthType NONE without the InvokeFunction permission",
          lambda t: drop(t["Resources"], "HttpFunctionUrlPublicInvoke"), None, "AuthType=NONE: public"),
         ("a timeout whose rule is missing", loose_rules, None, "Rules accept exactly"),
+        ("the processor function unable to read the table's stream",
+         lambda t: without_sid(t["Resources"], PROCESSOR, "TableStream"), None, "do what its event source mappings do"),
+        ("the processor function unable to hand tasks to SQS",
+         lambda t: without_sid(t["Resources"], PROCESSOR, "TaskQueue"), None, "ProcessorFunction may call SendMessage"),
+        ("a table stream mapping without FilterCriteria",
+         lambda t: t["Resources"]["ProcessorTableStream"]["Properties"].pop("FilterCriteria"), None, "FilterCriteria"),
+        ("a task queue without a dead-letter queue",
+         lambda t: t["Resources"]["TaskQueue"]["Properties"].pop("RedrivePolicy"), None, "dead-letters a task"),
     ]
     c = Checks()
     for name, mutate, observed, expected in mutations:

@@ -197,10 +197,10 @@ impl ProcessorFunction {
             let seq = record.sequence_number().to_owned();
             match record.meaning() {
                 Err(e) => self.park(raw, &e.to_string(), &mut failed).await,
-                Ok(Meaning::Ignored { why }) => tracing::debug!(seq, why, "record ignored"),
+                Ok(Meaning::Ignored { why }) => tracing::debug!(%seq, why, "record ignored"),
                 Ok(Meaning::TtlRemoved { meta }) => {
                     if let Err(e) = self.upkeep.ttl_removed(&meta).await {
-                        tracing::error!(seq, error = %e, "finishing a TTL removal failed");
+                        tracing::error!(%seq, error = %e, "finishing a TTL removal failed");
                         failed.push(seq);
                     }
                 }
@@ -242,11 +242,11 @@ impl ProcessorFunction {
             StreamKey::HashedPartition(pk) => match self.aws.path_of_partition(&pk).await {
                 Ok(Some(path)) => Some(path),
                 Ok(None) => {
-                    tracing::info!(pk, "doorbell of a stream that is gone: nothing to process");
+                    tracing::info!(%pk, "doorbell of a stream that is gone: nothing to process");
                     None
                 }
                 Err(e) => {
-                    tracing::error!(pk, error = %e, "looking up a stream's path failed");
+                    tracing::error!(%pk, error = %e, "looking up a stream's path failed");
                     failed.push(seq.to_owned());
                     None
                 }

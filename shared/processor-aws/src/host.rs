@@ -162,21 +162,23 @@ impl Processors {
                 Driven::Stopped(report) => {
                     self.stats.stopped.fetch_add(1, Ordering::Relaxed);
                     self.warm().remove(&key);
-                    tracing::warn!(path, slug, ?report, "stopped at the invocation's deadline");
+                    tracing::warn!(path, %slug, ?report, "stopped at the invocation's deadline");
                     return match report.revival {
-                        Revival::Uncovered { reason } => Err(DriveError::Uncovered { path: path.to_owned(), slug, reason }),
+                        Revival::Uncovered { reason } => {
+                            Err(DriveError::Uncovered { path: path.to_owned(), slug: slug.clone(), reason })
+                        }
                         Revival::NotNeeded | Revival::Armed { .. } => Ok(()),
                     };
                 }
                 Driven::Failed(RunnerError::Journal(JournalError::IncarnationChanged { .. })) => {
-                    tracing::info!(path, slug, "the stream was re-created: opening its processor anew");
+                    tracing::info!(path, %slug, "the stream was re-created: opening its processor anew");
                     self.warm().remove(&key);
                 }
                 Driven::Failed(e) => {
                     self.warm().remove(&key);
                     // Arms the revival alarm if anything observed is unfinished.
                     let report = warm.runner.drain(deadline_ms.saturating_sub(self.cfg.stop_margin_ms / 2)).await;
-                    tracing::error!(path, slug, error = %e, ?report, "processor drive failed");
+                    tracing::error!(path, %slug, error = %e, ?report, "processor drive failed");
                     return Err(err(e));
                 }
             }

@@ -93,9 +93,12 @@ pub enum Attr {
     Null(bool),
     M(HashMap<String, Attr>),
     L(Vec<Attr>),
-    SS(Vec<String>),
-    NS(Vec<String>),
-    BS(Vec<String>),
+    #[serde(rename = "SS")]
+    Ss(Vec<String>),
+    #[serde(rename = "NS")]
+    Ns(Vec<String>),
+    #[serde(rename = "BS")]
+    Bs(Vec<String>),
 }
 
 /// A record this host cannot read. Retrying cannot help.
@@ -215,9 +218,9 @@ fn to_sdk(v: &Attr) -> Result<AttributeValue, RecordError> {
         Attr::Null(n) => AttributeValue::Null(*n),
         Attr::M(m) => AttributeValue::M(to_sdk_item(m)?),
         Attr::L(l) => AttributeValue::L(l.iter().map(to_sdk).collect::<Result<_, _>>()?),
-        Attr::SS(v) => AttributeValue::Ss(v.clone()),
-        Attr::NS(v) => AttributeValue::Ns(v.clone()),
-        Attr::BS(v) => AttributeValue::Bs(v.iter().map(|b| blob(b)).collect::<Result<_, _>>()?),
+        Attr::Ss(v) => AttributeValue::Ss(v.clone()),
+        Attr::Ns(v) => AttributeValue::Ns(v.clone()),
+        Attr::Bs(v) => AttributeValue::Bs(v.iter().map(|b| blob(b)).collect::<Result<_, _>>()?),
     })
 }
 

@@ -14,7 +14,7 @@ pub struct SchedulePump {
 fn at_ms(expression: &str) -> Option<i64> {
     let inner = expression.strip_prefix("at(")?.strip_suffix(')')?;
     let fmt = time::macros::format_description!("[year]-[month]-[day]T[hour]:[minute]:[second]");
-    let t = time::PrimitiveDateTime::parse(inner, &fmt).ok()?.assume_utc();
+    let t = time::PrimitiveDateTime::parse(inner, fmt).ok()?.assume_utc();
     Some(i64::try_from(t.unix_timestamp_nanos() / 1_000_000).ok()?)
 }
 
