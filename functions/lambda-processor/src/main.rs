@@ -21,9 +21,7 @@ async fn main() -> Result<(), lambda_runtime::Error> {
     let function = std::sync::Arc::new(ds_processor_aws::function_from_env(deployment).await?);
     lambda_runtime::run(lambda_runtime::service_fn(move |event: lambda_runtime::LambdaEvent<serde_json::Value>| {
         let function = std::sync::Arc::clone(&function);
-        async move {
-            function.handle(event.payload, event.context.deadline).await.map_err(lambda_runtime::Error::from)
-        }
+        async move { function.handle(event.payload, event.context.deadline).await.map_err(lambda_runtime::Error::from) }
     }))
     .await
 }

@@ -127,8 +127,9 @@ mod tests {
 
     #[test]
     fn exists_and_anything_but() {
-        let p = Pattern::parse(r#"{"userIdentity": {"principalId": [{"exists": true}]}, "a": [{"anything-but": ["x"]}]}"#)
-            .expect("parses");
+        let p =
+            Pattern::parse(r#"{"userIdentity": {"principalId": [{"exists": true}]}, "a": [{"anything-but": ["x"]}]}"#)
+                .expect("parses");
         assert!(p.matches(&json!({"userIdentity": {"principalId": "p"}, "a": "y"})));
         assert!(!p.matches(&json!({"userIdentity": {"principalId": "p"}, "a": "x"})));
         assert!(!p.matches(&json!({"a": "y"})));

@@ -61,9 +61,13 @@ impl SqsParking {
 impl RecordParking for SqsParking {
     async fn park(&self, parked: &ParkedRecord) -> Result<(), String> {
         let body = serde_json::to_string(parked).map_err(|e| e.to_string())?;
-        self.sqs.send_message().queue_url(&self.queue_url).message_body(body).send().await.map_err(|e| {
-            e.as_service_error().map_or_else(|| format!("{e:?}"), |s| format!("{s:?}"))
-        })?;
+        self.sqs
+            .send_message()
+            .queue_url(&self.queue_url)
+            .message_body(body)
+            .send()
+            .await
+            .map_err(|e| e.as_service_error().map_or_else(|| format!("{e:?}"), |s| format!("{s:?}")))?;
         Ok(())
     }
 }
@@ -122,7 +126,9 @@ impl Invocation {
             Some("aws:dynamodb") => serde_json::from_value(payload).map(Self::Stream).map_err(unknown),
             Some("aws:sqs") => serde_json::from_value(payload).map(Self::Tasks).map_err(unknown),
             Some(other) => Err(FunctionError::UnknownEvent(format!("records from {other}"))),
-            None if payload.get("kind").is_some() => serde_json::from_value(payload).map(Self::Revival).map_err(unknown),
+            None if payload.get("kind").is_some() => {
+                serde_json::from_value(payload).map(Self::Revival).map_err(unknown)
+            }
             None => Err(FunctionError::UnknownEvent("no Records and no revival kind".into())),
         }
     }

@@ -127,7 +127,8 @@ impl Processors {
             return Ok(());
         }
         let runs = specs.iter().map(|spec| self.run(spec, path, hint, deadline_ms));
-        let errors: Vec<DriveError> = futures::future::join_all(runs).await.into_iter().filter_map(Result::err).collect();
+        let errors: Vec<DriveError> =
+            futures::future::join_all(runs).await.into_iter().filter_map(Result::err).collect();
         if errors.is_empty() {
             Ok(())
         } else {

@@ -49,7 +49,11 @@ fn show(what: &str, calls: &Calls) {
 }
 
 /// Delivers the next batch, counting only the function's calls.
-async fn counted(pump: &mut StreamPump, function: &ds_processor_aws::ProcessorFunction, counter: &CallCounter) -> Calls {
+async fn counted(
+    pump: &mut StreamPump,
+    function: &ds_processor_aws::ProcessorFunction,
+    counter: &CallCounter,
+) -> Calls {
     pump.fetch().await;
     counter.reset().await;
     let answer = function.handle(pump.next_event(), deadline()).await.expect("handled");
@@ -79,8 +83,16 @@ async fn one_processed_batch_costs_one_journal_read_and_one_progress_write() {
     show("  warm instance", &warm);
     for (what, calls, get_items) in [("warm", &warm, 1), ("cold", &cold, 2)] {
         assert_eq!(count(calls, "dynamodb", "Query"), 1, "{what}: one chunk read: {calls:?}");
-        assert_eq!(count(calls, "dynamodb", "GetItem"), get_items, "{what}: the meta read (+ the progress record when opening): {calls:?}");
-        assert_eq!(count(calls, "dynamodb", "TransactWriteItems"), 1, "{what}: one conditional progress write: {calls:?}");
+        assert_eq!(
+            count(calls, "dynamodb", "GetItem"),
+            get_items,
+            "{what}: the meta read (+ the progress record when opening): {calls:?}"
+        );
+        assert_eq!(
+            count(calls, "dynamodb", "TransactWriteItems"),
+            1,
+            "{what}: one conditional progress write: {calls:?}"
+        );
         assert_eq!(total(calls, "dynamodb"), 2 + get_items, "{what}: nothing else: {calls:?}");
         for other in ["s3", "scheduler", "sqs"] {
             assert_eq!(total(calls, other), 0, "{what}: no {other} call without effects: {calls:?}");

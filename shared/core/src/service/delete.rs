@@ -117,7 +117,7 @@ impl StreamService {
         let source = self.sub.registry.enter(&origin.source);
         let marker = format!("fork-released/{}", removed.incarnation);
         self.mutate(&source, |_| {
-            let (source, marker) = (&source, marker.as_str());
+            let (source, marker, origin) = (&source, marker.as_str(), &origin);
             async move {
                 let Some(meta) = self.sub.store.read_meta(source).await? else {
                     return Ok(Plan::Done(false));

@@ -31,7 +31,10 @@ pub struct ProcessorEnv {
 }
 
 async fn create_queue(sqs: &aws_sdk_sqs::Client, name: &str, redrive: Option<String>) -> String {
-    let mut req = sqs.create_queue().queue_name(name).attributes(QueueAttributeName::VisibilityTimeout, TEST_VISIBILITY_SECS.to_string());
+    let mut req = sqs
+        .create_queue()
+        .queue_name(name)
+        .attributes(QueueAttributeName::VisibilityTimeout, TEST_VISIBILITY_SECS.to_string());
     if let Some(policy) = redrive {
         req = req.attributes(QueueAttributeName::RedrivePolicy, policy);
     }

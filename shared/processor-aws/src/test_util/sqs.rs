@@ -90,7 +90,13 @@ impl SqsPump {
                     .send()
                     .await;
             } else {
-                self.sqs.delete_message().queue_url(&self.queue_url).receipt_handle(handle).send().await.expect("delete");
+                self.sqs
+                    .delete_message()
+                    .queue_url(&self.queue_url)
+                    .receipt_handle(handle)
+                    .send()
+                    .await
+                    .expect("delete");
             }
         }
         SqsDelivery { delivered: handles.len(), failed: failed.len() }

@@ -41,7 +41,8 @@ pub struct StreamPump {
 }
 
 fn attr_json(v: &AttributeValue) -> Value {
-    let b64 = |b: &aws_sdk_dynamodbstreams::primitives::Blob| base64::engine::general_purpose::STANDARD.encode(b.as_ref());
+    let b64 =
+        |b: &aws_sdk_dynamodbstreams::primitives::Blob| base64::engine::general_purpose::STANDARD.encode(b.as_ref());
     match v {
         AttributeValue::S(s) => json!({ "S": s }),
         AttributeValue::N(n) => json!({ "N": n }),
@@ -93,7 +94,8 @@ impl StreamPump {
         if let Some(it) = &self.iterator {
             return it.clone();
         }
-        let described = self.streams.describe_stream().stream_arn(&self.stream_arn).send().await.expect("describe stream");
+        let described =
+            self.streams.describe_stream().stream_arn(&self.stream_arn).send().await.expect("describe stream");
         let shard = described
             .stream_description()
             .and_then(|d| d.shards().first())
@@ -225,7 +227,12 @@ impl StreamPump {
     }
 
     /// Delivers until nothing is pending or `rounds` deliveries ran.
-    pub async fn deliver_all(&mut self, function: &ProcessorFunction, deadline_ms: u64, rounds: usize) -> StreamDelivery {
+    pub async fn deliver_all(
+        &mut self,
+        function: &ProcessorFunction,
+        deadline_ms: u64,
+        rounds: usize,
+    ) -> StreamDelivery {
         let mut total = StreamDelivery::default();
         for _ in 0..rounds {
             let d = self.deliver(function, deadline_ms).await;

@@ -55,7 +55,8 @@ pub fn parse_table_stream_source(text: &str) -> TableStreamSource {
         .unwrap_or_else(|| panic!("{name} declares no FilterCriteria.Filters"))
         .iter()
         .map(|f| {
-            let text = f.get("Pattern").and_then(Value::as_str).unwrap_or_else(|| panic!("{name}: a filter without Pattern"));
+            let text =
+                f.get("Pattern").and_then(Value::as_str).unwrap_or_else(|| panic!("{name}: a filter without Pattern"));
             Pattern::parse(text).unwrap_or_else(|e| panic!("{name}: {e}"))
         })
         .collect();

@@ -127,7 +127,8 @@ impl Processor for Relay {
         let Some(event) = call.event else { return };
         let OrderEvent::Placed { id } = &event.event;
         let outbox = StreamJournal::new(self.service.clone(), RELAYED);
-        let (key, body) = (call.delivery.idempotency_key("relay"), OutgoingEvent::new("order/relayed", json!({ "id": id })));
+        let (key, body) =
+            (call.delivery.idempotency_key("relay"), OutgoingEvent::new("order/relayed", json!({ "id": id })));
         effects.block_processor_while(move || {
             let (outbox, key, data) = (outbox.clone(), key.clone(), body.encode());
             async move {

@@ -58,7 +58,10 @@ async fn appends_through_http_become_effects_exactly_once() {
     assert_eq!(entry_types(&svc, RELAYED).await.len(), 3);
     assert_eq!(world.notify.labels().len(), 3);
     assert_eq!(acknowledged(&svc, "orders/a").await, tail);
-    assert_eq!(SqsPump::new(env.sqs.clone(), &env.task_queue_url).deliver_all(&again, deadline(), 5).await.delivered, 0);
+    assert_eq!(
+        SqsPump::new(env.sqs.clone(), &env.task_queue_url).deliver_all(&again, deadline(), 5).await.delivered,
+        0
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -125,7 +128,8 @@ async fn unreadable_records_are_parked_and_unknown_paths_skipped() {
     let mut pump = StreamPump::new(&env).await;
     pump.fetch().await;
     let mut event = pump.next_event();
-    let not_a_record = json!({ "eventSource": "aws:dynamodb", "eventName": "INSERT", "dynamodb": { "SequenceNumber": "1" } });
+    let not_a_record =
+        json!({ "eventSource": "aws:dynamodb", "eventName": "INSERT", "dynamodb": { "SequenceNumber": "1" } });
     let bad_key = json!({
         "eventSource": "aws:dynamodb", "eventName": "INSERT",
         "dynamodb": { "Keys": { "pk": {"S": "stream#orders/c"}, "sk": {"S": "c#inc#not-hex"} }, "SequenceNumber": "2" }
