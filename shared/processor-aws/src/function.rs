@@ -20,6 +20,7 @@ use ds_core::StreamService;
 use ds_processor::{JournalError, Recovery, RecoveryError};
 use ds_processor_host::{AlarmScheduler, ProcessorRegistry, StreamRecovery};
 use ds_store_aws::AwsSubstrate;
+use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::Value;
@@ -176,7 +177,13 @@ impl ProcessorFunction {
     }
 
     /// One invocation; the answer is the event source's batch response.
-    pub async fn handle(&self, payload: Value, deadline_ms: u64) -> Result<Value, FunctionError> {
+    /// Boxed: the future nests every layer of the host, too deep a type for
+    /// the Lambda runtime's own futures to hold unboxed.
+    pub fn handle(&self, payload: Value, deadline_ms: u64) -> BoxFuture<'_, Result<Value, FunctionError>> {
+        Box::pin(self.dispatch(payload, deadline_ms))
+    }
+
+    async fn dispatch(&self, payload: Value, deadline_ms: u64) -> Result<Value, FunctionError> {
         match Invocation::classify(payload)? {
             Invocation::Stream(event) => Ok(to_json(&self.handle_stream(&event, deadline_ms).await)),
             Invocation::Tasks(event) => Ok(to_json(&self.tasks.handle(&event).await)),

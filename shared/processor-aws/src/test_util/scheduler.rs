@@ -15,7 +15,7 @@ fn at_ms(expression: &str) -> Option<i64> {
     let inner = expression.strip_prefix("at(")?.strip_suffix(')')?;
     let fmt = time::macros::format_description!("[year]-[month]-[day]T[hour]:[minute]:[second]");
     let t = time::PrimitiveDateTime::parse(inner, fmt).ok()?.assume_utc();
-    Some(i64::try_from(t.unix_timestamp_nanos() / 1_000_000).ok()?)
+    i64::try_from(t.unix_timestamp_nanos() / 1_000_000).ok()
 }
 
 impl SchedulePump {
