@@ -153,3 +153,36 @@ async fn a_task_that_keeps_failing_is_dead_lettered() {
     assert_eq!(dead.len(), 1, "kept in the dead-letter queue");
     assert_eq!(serde_json::from_str::<ds_processor_aws::Task>(&dead[0]).expect("a task"), task);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn work_the_deadline_interrupts_is_drained_and_revived() {
+    let Some(env) = ProcessorEnv::new("work_the_deadline_interrupts").await else { return };
+    let svc = env.service();
+    for path in ["orders/d", RELAYED, AUDIT] {
+        svc.create(json_stream(path)).await.expect("create");
+    }
+    append(&svc, "orders/d", &order("d1")).await;
+    let world = World::default();
+    // d1's notification never returns in this invocation: its blocking work
+    // is still running when the deadline's stop margin comes.
+    world.notify.after("d1", Box::new(|| Box::pin(futures::future::pending::<()>())));
+    let host = ds_processor_aws::HostConfig { stop_margin_ms: 5_000, ..Default::default() };
+    let function = env.function_with(|w| world.deployment(w, None), host, Default::default());
+    let mut pump = StreamPump::new(&env).await;
+    pump.fetch().await;
+    let answer = function.handle(pump.next_event(), now_ms() + 5_500).await.expect("handled");
+    assert_eq!(answer["batchItemFailures"], json!([]), "the revival alarm covers the unfinished work");
+    assert_eq!(function.processors().stats().stopped.load(std::sync::atomic::Ordering::Relaxed), 1);
+    assert_eq!(acknowledged(&svc, "orders/d").await, 0, "the interrupted event is not acknowledged");
+    let schedules = SchedulePump::new(&env);
+    assert_eq!(schedules.pending().await.len(), 1, "the drain armed the revival alarm");
+
+    pump.skip_pending();
+    let f = Arc::new(env.function(|w| world.deployment(w, None)));
+    let far = i64::try_from(now_ms()).expect("ms") + 3_600_000;
+    assert_eq!(schedules.fire_due(&f, far, deadline()).await, 1, "the alarm revives the processor");
+    assert_eq!(world.notify.labels(), ["d1"]);
+    assert_eq!(entry_types(&svc, RELAYED).await.len(), 1);
+    let tail = svc.head("orders/d").await.expect("head").tail;
+    assert_eq!(acknowledged(&svc, "orders/d").await, tail, "caught up without a new append");
+}
