@@ -30,6 +30,10 @@ use ds_processor_host::{
 
 use crate::journal::DoorbellJournal;
 
+/// Runners kept open between invocations; past this many, idle ones are
+/// dropped (a runner costs one progress read to open again).
+const MAX_WARM_RUNNERS: usize = 1024;
+
 /// Tunables of the host.
 #[derive(Debug, Clone)]
 pub struct HostConfig {
@@ -217,7 +221,12 @@ impl Processors {
         };
         self.stats.opened.fetch_add(1, Ordering::Relaxed);
         let warm = Arc::new(Warm { runner, journal });
-        self.warm().insert(key, Arc::clone(&warm));
+        let mut open = self.warm();
+        if open.len() >= MAX_WARM_RUNNERS {
+            // Dropping a runner aborts its background work: keep those that have some.
+            open.retain(|_, w| w.runner.runtime_state().pending_background > 0);
+        }
+        open.insert(key, Arc::clone(&warm));
         Ok(Some(warm))
     }
 
