@@ -29,6 +29,7 @@
 #   DS_LOAD_THREADS      load threads of ds-load's throughput driver (2)
 #   DS_BENCH_LAMBDA=0    skip the Lambda package section (zip sizes, init time)
 #   DS_LOAD_TARGET_DIR   cargo target dir for ds-load (default target-bench)
+#   DS_BENCH_PROCESSORS=0  skip bench/processors.sh (processor effect latency)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -177,6 +178,12 @@ fi
 if [ "$QUICK" != 1 ] && [ "$OURS" = 1 ] && [ "${DS_BENCH_LAMBDA:-1}" != 0 ]; then
   bash "$ROOT/bench/lambda.sh" "$LOAD" "$RUN" >>"$OUT" || say "WARNING: the Lambda section failed (see $RUN)"
   sed -n '/^## Lambda package/,$p' "$OUT"
+fi
+
+# ---- processor effect latency (its own report with its own calibration line) ----
+if [ "$QUICK" != 1 ] && [ "$OURS" = 1 ] && [ "${DS_BENCH_PROCESSORS:-1}" != 0 ]; then
+  DS_LOAD_TARGET_DIR="$LOAD_TARGET" bash "$ROOT/bench/processors.sh" >&2 \
+    || say "WARNING: the processor latency section failed"
 fi
 
 say "report: $OUT ($(( $(date +%s) - START_S )) s)"

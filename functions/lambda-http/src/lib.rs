@@ -18,6 +18,9 @@
 //! `DS_JWT_LEEWAY`, `DS_JWKS_REFRESH`: see `ds_auth::AuthSettings`),
 //! `DS_CORS_ORIGINS`, and `DS_METRICS_NAMESPACE` (CloudWatch EMF lines on
 //! stdout, default `DurableStreams`; `off` disables them).
+//!
+//! Processors ([`processors`]): `DS_PROCESSORS`, the TOML of a processors
+//! configuration, turns on the operator API at `/v1/processors`.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -110,7 +113,26 @@ pub fn operations<F: Fn(&str) -> Option<String>>(env: &Settings<F>) -> anyhow::R
         store_name: "aws",
         https: true,
         subscriptions: None,
+        processors: None,
     })
+}
+
+/// The operator API's view of the processors named by `DS_PROCESSORS` (the
+/// TOML text of a processors configuration, the format of `serve
+/// --processors`), checked against the store like the local server does;
+/// `None` without it. The function keeps no runner open: answers come from
+/// the progress records, and a control opens a runner for its duration
+/// (its audit event, appended to the stream, wakes the processor host).
+pub async fn processors<F: Fn(&str) -> Option<String>>(
+    env: &Settings<F>,
+    service: &StreamService,
+) -> anyhow::Result<Option<Arc<dyn ds_processor_host::ProcessorOperator>>> {
+    let Some(text) = env.raw("DS_PROCESSORS") else { return Ok(None) };
+    let (_, registry) = ds_processors_builtin::Catalog::builtin()
+        .load(&text, service)
+        .await
+        .map_err(|e| anyhow::anyhow!("DS_PROCESSORS: {e}"))?;
+    Ok(Some(Arc::new(ds_processor_host::OnDemandOperator::new(service.clone(), registry, None))))
 }
 
 /// [`operations`] from the process environment.
@@ -123,7 +145,9 @@ pub fn operations_from_env() -> anyhow::Result<ds_http::Operations> {
 pub async fn router_from_env() -> anyhow::Result<axum::Router> {
     let aws = ds_store_aws::AwsSubstrate::from_env().await?;
     let service = StreamService::new(aws.substrate(), service_config_from_env()?);
-    Ok(ds_http::router_with(service, http_config_from_env()?, operations_from_env()?))
+    let mut ops = operations_from_env()?;
+    ops.processors = processors(&Settings::from_env(), &service).await?;
+    Ok(ds_http::router_with(service, http_config_from_env()?, ops))
 }
 
 /// JSON logs to stdout (CloudWatch), filter from `RUST_LOG`.

@@ -20,6 +20,8 @@ pub enum Command {
     /// Make API tokens and token files; mint test JWTs.
     #[command(subcommand)]
     Token(crate::token_cmd::TokenCommand),
+    /// Operate hosted processors: list (with lag), show, re-reduce, reprocess-from, skip-through.
+    Processors(crate::processors_cmd::ProcessorsArgs),
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -55,6 +57,9 @@ pub struct ServeArgs {
     /// Largest accepted request body; larger ones get 413.
     #[arg(long, env = "DS_MAX_BODY_BYTES", default_value = "16MiB", value_parser = ds_config::parse_size_usize)]
     pub max_body_bytes: usize,
+    /// Processors configuration file (TOML): run the processors it names in this process (see README, "Processors").
+    #[arg(long, env = "DS_PROCESSORS")]
+    pub processors: Option<PathBuf>,
     /// Log format.
     #[arg(long, env = "DS_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,

@@ -2,6 +2,8 @@
 
 mod aws;
 mod cli;
+mod processors;
+mod processors_cmd;
 mod security;
 mod stores;
 mod subscriptions;
@@ -21,12 +23,18 @@ async fn main() -> anyhow::Result<()> {
             serve(*args).await
         }
         Command::Token(cmd) => token_cmd::run(cmd),
+        Command::Processors(args) => processors_cmd::run(args).await,
     }
 }
 
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let processors = processors::load(args.processors.as_deref())?;
     let (mut substrate, expiry_due) = stores::open(&args).await?;
     let tap = ds_subscriptions::tap_hub(&mut substrate);
+    let substrate = match &processors {
+        Some(p) => p.tap(substrate),
+        None => substrate,
+    };
     let cfg = ServiceConfig {
         max_read_bytes: args.max_read_bytes,
         long_poll_timeout: args.long_poll_timeout,
@@ -41,16 +49,20 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         tracing::info!(armed, "expiry alarms re-armed");
     }
     let subscriptions = subscriptions::start(&args, &service, &tap).await?;
+    if let Some(p) = &processors {
+        p.start(&service).await?;
+    }
     let access = args.security.authenticator().await?;
     args.security.check_bind(args.bind, access.is_some())?;
     let tls = args.security.tls()?.map(|(cert, key)| tls::server_config(&cert, &key)).transpose()?;
     let ops = ds_http::Operations {
         cors: args.security.cors(access.is_some())?,
         access,
-        metrics: Some(stores::prometheus(&service)?),
+        metrics: Some(stores::prometheus(&service, processors.iter().map(|p| p.gauges()).collect())?),
         store_name: stores::name(args.store),
         https: tls.is_some(),
         subscriptions: Some(subscriptions),
+        processors: processors.as_ref().map(|p| p.operator()),
     };
     let http = ds_http::HttpConfig { max_body_bytes: args.max_body_bytes };
     let router = ds_http::router_with(service.clone(), http, ops);
@@ -65,6 +77,9 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     match tls {
         Some(config) => tls::serve(listener, router, config, shutdown).await?,
         None => axum::serve(listener, router).with_graceful_shutdown(shutdown).await?,
+    }
+    if let Some(p) = processors {
+        p.shutdown().await;
     }
     Ok(())
 }

@@ -36,10 +36,16 @@ pub fn name(kind: StoreKind) -> &'static str {
     }
 }
 
-/// The process-wide Prometheus recorder, with the gauges read at scrape time.
-pub fn prometheus(service: &StreamService) -> anyhow::Result<Arc<dyn ds_http::Metrics>> {
+/// The process-wide Prometheus recorder, with the gauges read at scrape time
+/// (`more`: other components' gauges).
+pub fn prometheus(
+    service: &StreamService,
+    more: Vec<ds_metrics::prometheus::ScrapeHook>,
+) -> anyhow::Result<Arc<dyn ds_http::Metrics>> {
     let registry = service.substrate().registry.clone();
     let contexts = move || metrics::gauge!("ds_stream_contexts").set(registry.live_contexts() as f64);
-    let m = ds_metrics::prometheus::PrometheusMetrics::install(vec![Box::new(contexts)]).map_err(anyhow::Error::msg)?;
+    let mut hooks: Vec<ds_metrics::prometheus::ScrapeHook> = vec![Box::new(contexts)];
+    hooks.extend(more);
+    let m = ds_metrics::prometheus::PrometheusMetrics::install(hooks).map_err(anyhow::Error::msg)?;
     Ok(m)
 }

@@ -7,6 +7,7 @@ use axum::http::{HeaderMap, Method, Uri};
 use ds_auth::Op;
 
 use crate::headers as h;
+use crate::processors::{Route, PROCESSORS_PATH};
 use crate::request::stream_path;
 
 /// What a request needs from access control.
@@ -49,7 +50,12 @@ pub(crate) fn classify(method: &Method, uri: &Uri, headers: &HeaderMap) -> Class
             }
         }
         p if p.starts_with("/v1/stream/") => {}
-        _ => return public("other"),
+        _ => {
+            return match crate::processors::route(uri) {
+                Some(route) => operator_api(route),
+                None => public("other"),
+            }
+        }
     }
     let Ok(path) = stream_path(uri) else {
         return Class { route: "stream_bad_path", access: Access::Grants(Vec::new()), live: None };
@@ -102,6 +108,20 @@ fn reserved(method: &Method, rest: &str, path: &str) -> Class {
         _ => ("subscription_admin", on(Op::Admin)),
     };
     Class { route, access, live: None }
+}
+
+/// The processors' operator API: listing needs `read` on
+/// [`PROCESSORS_PATH`], a processor's state `read` on its stream, a control
+/// `admin` on its stream. A path that does not parse needs only a valid
+/// token: the handler answers it.
+fn operator_api(route: Result<Route, crate::error::ApiError>) -> Class {
+    let (route, access) = match route {
+        Ok(Route::List) => ("processors_list", vec![(PROCESSORS_PATH.to_owned(), Op::Read)]),
+        Ok(Route::Show { stream, .. }) => ("processor_show", vec![(stream, Op::Read)]),
+        Ok(Route::Control { stream, .. }) => ("processor_control", vec![(stream, Op::Admin)]),
+        Err(_) => ("processor_bad_path", Vec::new()),
+    };
+    Class { route, access: Access::Grants(access), live: None }
 }
 
 fn live_mode(uri: &Uri) -> Option<&'static str> {
@@ -181,5 +201,16 @@ mod tests {
         assert_eq!(g(Method::GET, "/metrics"), vec![(METRICS_PATH.into(), Op::Read)]);
         assert_eq!(class(Method::GET, "/health", None).access, Access::Public);
         assert_eq!(class(Method::OPTIONS, "/v1/stream/a", None).access, Access::Public);
+    }
+
+    #[test]
+    fn operator_api_paths() {
+        let g = |m, u| grants(&class(m, u, None));
+        assert_eq!(g(Method::GET, "/v1/processors"), vec![(PROCESSORS_PATH.into(), Op::Read)]);
+        assert_eq!(g(Method::GET, "/v1/processors/c/streams/a%2Fb"), vec![("a/b".into(), Op::Read)]);
+        assert_eq!(g(Method::POST, "/v1/processors/c/reprocess-from/a/b"), vec![("a/b".into(), Op::Admin)]);
+        assert_eq!(class(Method::POST, "/v1/processors/c/re-reduce/a", None).route, "processor_control");
+        assert!(g(Method::GET, "/v1/processors/c/nope/a").is_empty(), "bad paths need a token only");
+        assert_eq!(class(Method::GET, "/v1/processorsx", None).access, Access::Public);
     }
 }

@@ -155,3 +155,46 @@ impl From<ds_subscriptions::SubscriptionError> for ApiError {
         }
     }
 }
+
+impl From<ds_processor_host::OperatorError> for ApiError {
+    fn from(e: ds_processor_host::OperatorError) -> Self {
+        use ds_processor_host::OperatorError as O;
+        let msg = e.to_string();
+        match e {
+            O::UnknownProcessor { .. } => Self::new(StatusCode::NOT_FOUND, "UNKNOWN_PROCESSOR", msg),
+            O::NotRegistered { .. } => Self::new(StatusCode::NOT_FOUND, "NOT_REGISTERED", msg),
+            O::StreamNotFound { .. } => Self::new(StatusCode::NOT_FOUND, "NOT_FOUND", msg),
+            O::NotJson { .. } => Self::new(StatusCode::CONFLICT, "NOT_A_JSON_STREAM", msg),
+            O::Runner(e) => e.into(),
+            O::Unavailable(_) => {
+                Self::new(StatusCode::SERVICE_UNAVAILABLE, "UNAVAILABLE", msg).header("retry-after", 1)
+            }
+        }
+    }
+}
+
+impl From<ds_processor::RunnerError> for ApiError {
+    fn from(e: ds_processor::RunnerError) -> Self {
+        use ds_processor::{JournalError as J, ProgressError as P, RunnerError as R};
+        let msg = e.to_string();
+        let unavailable = |msg| Self::new(StatusCode::SERVICE_UNAVAILABLE, "UNAVAILABLE", msg).header("retry-after", 1);
+        match e {
+            // The operator's view is stale: read the current revision and decide again.
+            R::RevisionMismatch { current, .. } => {
+                Self::new(StatusCode::CONFLICT, "REVISION_MISMATCH", msg).header(h::PROCESSOR_CURSOR_REVISION, current)
+            }
+            R::InvalidPosition { .. } => Self::new(StatusCode::BAD_REQUEST, "INVALID_POSITION", msg),
+            R::Journal(J::IncarnationChanged { .. }) => Self::new(StatusCode::CONFLICT, "INCARNATION_CHANGED", msg),
+            R::Journal(J::StreamNotFound) => Self::new(StatusCode::NOT_FOUND, "NOT_FOUND", msg),
+            R::Progress(P::Rejected(_)) | R::Contended(_) => {
+                Self::new(StatusCode::CONFLICT, "FENCED", msg).header("retry-after", 1)
+            }
+            R::Drained => Self::new(StatusCode::SERVICE_UNAVAILABLE, "SHUTTING_DOWN", msg),
+            R::Journal(J::Unavailable(_)) | R::Progress(P::Unavailable(_)) | R::Recovery(_) => unavailable(msg),
+            R::Progress(P::TooLarge(_)) | R::Contract(_) | R::StateCodec(_) => {
+                tracing::error!(error = %msg, "processor failure");
+                Self::new(StatusCode::INTERNAL_SERVER_ERROR, "PROCESSOR_FAILURE", msg)
+            }
+        }
+    }
+}

@@ -20,11 +20,13 @@ pub const PRODUCER_EPOCH: &str = "producer-epoch";
 pub const PRODUCER_SEQ: &str = "producer-seq";
 pub const PRODUCER_EXPECTED_SEQ: &str = "producer-expected-seq";
 pub const PRODUCER_RECEIVED_SEQ: &str = "producer-received-seq";
+/// The current cursor revision, on a processor control's `409 REVISION_MISMATCH`.
+pub const PROCESSOR_CURSOR_REVISION: &str = "processor-cursor-revision";
 
 /// Response headers browsers may read (CORS `Access-Control-Expose-Headers`).
 pub const EXPOSED: &str = "stream-next-offset, stream-up-to-date, stream-closed, stream-cursor, stream-ttl, \
 stream-expires-at, stream-sse-data-encoding, producer-epoch, producer-seq, producer-expected-seq, \
-producer-received-seq, etag, location, content-type";
+producer-received-seq, processor-cursor-revision, etag, location, content-type";
 
 /// A request header as text; a value that is not visible ASCII is a 400.
 pub fn get<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a str>, ApiError> {

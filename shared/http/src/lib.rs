@@ -1,6 +1,7 @@
 //! The Durable Streams HTTP surface: an axum [`Router`] serving
-//! `/v1/stream/{path}` over a [`StreamService`]. The same router runs in the
-//! local server and in the Lambda function.
+//! `/v1/stream/{path}` over a [`StreamService`], and the processors'
+//! operator API at `/v1/processors` (`processors.rs`). The same router runs
+//! in the local server and in the Lambda function.
 
 mod access;
 mod classify;
@@ -11,6 +12,7 @@ pub mod headers;
 mod health;
 mod layers;
 mod metrics;
+mod processors;
 mod request;
 mod reserved;
 
@@ -24,6 +26,7 @@ pub use classify::METRICS_PATH;
 pub use cors::Cors;
 pub use error::ApiError;
 pub use metrics::{Exchange, Metrics};
+pub use processors::PROCESSORS_PATH;
 
 /// Limits the HTTP layer enforces before the service sees a request.
 #[derive(Debug, Clone)]
@@ -65,6 +68,9 @@ pub struct Operations {
     /// Serve the subscription control APIs under `__ds` (§6-7) with this
     /// engine; `None`: they answer `501`.
     pub subscriptions: Option<ds_subscriptions::Subscriptions>,
+    /// The hosted processors, served by the operator API at
+    /// `/v1/processors` (without: that API answers `404`).
+    pub processors: Option<Arc<dyn ds_processor_host::ProcessorOperator>>,
 }
 
 /// The protocol router, open to everyone. Streams live under `/v1/stream/`;
@@ -91,7 +97,9 @@ pub fn router_with(service: StreamService, cfg: HttpConfig, ops: Operations) -> 
         .route("/v1/stream/", any(handlers::not_a_stream))
         .fallback(handlers::not_found)
         .with_state(state)
-        .route("/health", axum::routing::get(health::health).with_state(health));
+        .route("/health", axum::routing::get(health::health).with_state(health))
+        .route("/v1/processors", any(processors::handle).with_state(ops.processors.clone()))
+        .route("/v1/processors/{*rest}", any(processors::handle).with_state(ops.processors.clone()));
     if let Some(m) = ops.metrics.clone() {
         router = router.route("/metrics", axum::routing::get(render_metrics).with_state(m));
     }

@@ -19,7 +19,7 @@ pub fn stream_path(uri: &Uri) -> Result<String, ApiError> {
     Ok(decoded)
 }
 
-fn percent_decode(s: &str) -> Option<String> {
+pub(crate) fn percent_decode(s: &str) -> Option<String> {
     let bytes = s.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;

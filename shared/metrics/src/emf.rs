@@ -57,12 +57,57 @@ impl EmfMetrics {
     }
 }
 
-impl Metrics for EmfMetrics {
-    fn exchange(&self, e: &Exchange) {
-        let line = self.line(e);
+/// A processor's lag as the host measured it (for [`EmfMetrics::processor_lag`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProcessorLag<'a> {
+    /// The processor's slug: the only dimension. Stream paths are not
+    /// dimensions: every distinct value is a billed custom metric.
+    pub processor: &'a str,
+    /// Tail offset minus the acknowledged cursor, after the host's turn.
+    pub lag: u64,
+    /// Streams the figure covers.
+    pub streams: u64,
+}
+
+impl EmfMetrics {
+    /// The EMF document for a processor's lag: metrics `ProcessorLag`
+    /// (Count) and `ProcessorStreams` by `processor`.
+    pub fn processor_lag_line(&self, lag: &ProcessorLag<'_>) -> String {
+        let ts = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0);
+        json!({
+            "_aws": {
+                "Timestamp": ts,
+                "CloudWatchMetrics": [{
+                    "Namespace": self.namespace,
+                    "Dimensions": [["processor"]],
+                    "Metrics": [
+                        {"Name": "ProcessorLag", "Unit": "Count"},
+                        {"Name": "ProcessorStreams", "Unit": "Count"},
+                    ],
+                }],
+            },
+            "processor": lag.processor,
+            "ProcessorLag": lag.lag,
+            "ProcessorStreams": lag.streams,
+        })
+        .to_string()
+    }
+
+    /// Writes [`Self::processor_lag_line`] to the log.
+    pub fn processor_lag(&self, lag: &ProcessorLag<'_>) {
+        self.write_line(&self.processor_lag_line(lag));
+    }
+
+    fn write_line(&self, line: &str) {
         let mut out = self.out.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let _ = writeln!(out, "{line}");
         let _ = out.flush();
+    }
+}
+
+impl Metrics for EmfMetrics {
+    fn exchange(&self, e: &Exchange) {
+        self.write_line(&self.line(e));
     }
 
     fn live_readers(&self, _mode: &'static str, _delta: i64) {}
@@ -122,5 +167,20 @@ mod tests {
         assert_eq!(doc["Latency"], 2.5);
         assert_eq!(doc["BytesOut"], 1234);
         assert_eq!(lines[1]["status"], "403");
+    }
+
+    #[test]
+    fn processor_lag_is_a_valid_emf_document_by_processor() {
+        let buf = Buf::default();
+        let m = EmfMetrics::to_writer("DurableStreams", Box::new(buf.clone()));
+        m.processor_lag(&ProcessorLag { processor: "outbox", lag: 42, streams: 3 });
+        let text = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+        let doc: serde_json::Value = serde_json::from_str(text.trim_end()).unwrap();
+        let spec = &doc["_aws"]["CloudWatchMetrics"][0];
+        assert_eq!(spec["Dimensions"], serde_json::json!([["processor"]]));
+        for m in spec["Metrics"].as_array().unwrap() {
+            assert!(doc[m["Name"].as_str().unwrap()].is_number(), "{m}");
+        }
+        assert_eq!((doc["processor"].as_str(), doc["ProcessorLag"].as_u64()), (Some("outbox"), Some(42)));
     }
 }

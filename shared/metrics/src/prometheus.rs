@@ -47,6 +47,11 @@ fn describe() {
     describe_gauge!("ds_stream_contexts", "Streams with in-process state (in use now)");
     describe_histogram!("ds_store_commit_batch_size", "Commits per durable transaction (group commit)");
     describe_histogram!("ds_store_fsync_seconds", Unit::Seconds, "Durable transaction commit time, fsync included");
+    describe_gauge!("ds_processor_streams", "Streams a hosted processor runs on, by processor");
+    describe_gauge!(
+        "ds_processor_max_lag",
+        "Largest lag (tail offset minus acknowledged cursor) over a processor's streams"
+    );
 }
 
 /// Status codes as static labels (no allocation per request).

@@ -24,6 +24,19 @@ pub trait ProcessorSpec: Send + Sync {
         adapters: Adapters,
         config: RunnerConfig,
     ) -> BoxFuture<'_, Result<Arc<dyn HostedRunner>, RunnerError>>;
+    /// Opens a runner on the stream at `stream` (the path the adapters
+    /// serve). Hosts call this one: a processor that needs to know its
+    /// stream (an outbox naming its source) overrides it; by default it is
+    /// [`Self::open`].
+    fn open_on<'a>(
+        &'a self,
+        stream: &str,
+        adapters: Adapters,
+        config: RunnerConfig,
+    ) -> BoxFuture<'a, Result<Arc<dyn HostedRunner>, RunnerError>> {
+        let _ = stream;
+        self.open(adapters, config)
+    }
 }
 
 /// A [`ProcessorSpec`] from a constructor of processors.
@@ -182,6 +195,11 @@ impl ProcessorRegistry {
     /// The processors registered for the stream at `path`.
     pub fn for_path(&self, path: &str) -> Vec<Arc<dyn ProcessorSpec>> {
         self.registrations.iter().filter(|r| r.pattern.matches(path)).map(|r| Arc::clone(&r.spec)).collect()
+    }
+
+    /// The registration of processor `slug`, if any.
+    pub fn registration(&self, slug: &str) -> Option<&Registration> {
+        self.registrations.iter().find(|r| r.spec.slug() == slug)
     }
 
     pub fn registrations(&self) -> &[Registration] {

@@ -19,10 +19,14 @@
 //! - [`ProcessorRegistry`]: which processors ([`ProcessorSpec`]) run on
 //!   which streams (path patterns), opened per stream as type-erased
 //!   [`HostedRunner`]s.
+//! - [`ProcessorOperator`]: what operators see and do (lag, state, the
+//!   runner's controls), served by the HTTP operator API; [`OnDemandOperator`]
+//!   is its implementation for hosts that keep no runner open.
 
 mod alarms;
 mod hosted;
 mod journal;
+mod operator;
 mod progress;
 mod recovery;
 #[cfg(feature = "test-util")]
@@ -31,6 +35,10 @@ pub mod test_util;
 pub use alarms::{AlarmScheduler, FiredAlarm, InProcAlarms};
 pub use hosted::{HostedRunner, ProcessorRegistry, ProcessorSpec, Registration, RegistryError, Spec};
 pub use journal::StreamJournal;
+pub use operator::{
+    processed_stream, resolve, runner_detail, stored_progress, Control, OnDemandOperator, OperatorError,
+    ProcessorDetail, ProcessorOperator, ProcessorPage, ProcessorStatus,
+};
 pub use progress::RecordProgressStore;
 pub use recovery::StreamRecovery;
 

@@ -7,7 +7,7 @@
 //! payloads, `workloads` holds P1–P4 and P7, `raw` is the lean HTTP/1.1
 //! driver of the throughput workloads, `server` spawns servers and measures
 //! P6, `calibrate` measures the tool's ceiling against `sink`, `cpu` is the
-//! busy-machine guard, `bench` runs the interleaved rounds and `report`
+//! busy-machine guard, `processor` the processor effect latency, `bench` runs the interleaved rounds and `report`
 //! renders the tables.
 
 pub mod aws;
@@ -19,6 +19,7 @@ pub mod client;
 pub mod cpu;
 pub mod lambda;
 pub mod metrics;
+pub mod processor;
 pub mod raw;
 pub mod record;
 pub mod report;

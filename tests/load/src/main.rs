@@ -52,6 +52,28 @@ enum Cmd {
         #[arg(long, default_value_t = 100)]
         ops: usize,
     },
+    /// Processor effect latency: append acknowledged → the outbox's event
+    /// readable on its target (a server running bench/processors.sh's outbox).
+    ProcessorLatency {
+        #[arg(long)]
+        base: String,
+        #[arg(long, default_value = "/v1/stream")]
+        prefix: String,
+        /// The stream appended to (the outbox's source).
+        #[arg(long, default_value = "bench/source")]
+        source: String,
+        /// The outbox's target stream.
+        #[arg(long, default_value = "bench-feed")]
+        target: String,
+        #[arg(long, default_value_t = 1000)]
+        iterations: usize,
+        /// Milliseconds between parking the reader and sending the append.
+        #[arg(long, default_value_t = 2)]
+        settle_ms: u64,
+        /// The server's PID (excluded from the busy-machine figure).
+        #[arg(long)]
+        pid: Option<u32>,
+    },
     /// The trivial server the calibration measures against (reads each
     /// body, answers 204); runs until killed.
     Sink {
@@ -225,6 +247,13 @@ async fn dispatch(cli: Cli) -> Result<i32> {
         }
         Cmd::AwsCalls { base, prefix, calls_url, ops } => {
             println!("{}", ds_load::aws::calls_per_op(&base, &prefix, &calls_url, ops).await?);
+            Ok(0)
+        }
+        Cmd::ProcessorLatency { base, prefix, source, target, iterations, settle_ms, pid } => {
+            let client = ds_load::client::Client::new(ds_load::client::Target::new(&base, &prefix))?;
+            let settle = Duration::from_millis(settle_ms);
+            let latency = ds_load::processor::run(&client, &source, &target, iterations, settle, pid).await?;
+            println!("{}", latency.markdown());
             Ok(0)
         }
         Cmd::Sink { bind } => {

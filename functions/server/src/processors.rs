@@ -1,0 +1,68 @@
+//! `serve --processors FILE`: the processors configuration, the in-process
+//! host that runs it, and its lag gauges.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::Context;
+use ds_core::{StreamService, Substrate};
+use ds_metrics::prometheus::ScrapeHook;
+use ds_processor_local::{HostConfig, LocalHost};
+use ds_processors_builtin::{Catalog, ProcessorsConfig};
+
+pub struct Hosted {
+    path: PathBuf,
+    config: ProcessorsConfig,
+    host: LocalHost,
+}
+
+/// Reads the file and checks what needs no store (syntax, kinds, patterns,
+/// slugs) before anything opens: such a typo fails before the store is
+/// touched.
+pub fn load(path: Option<&Path>) -> anyhow::Result<Option<Hosted>> {
+    let Some(path) = path else { return Ok(None) };
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading --processors {}", path.display()))?;
+    let config = ProcessorsConfig::from_toml(&text).with_context(|| format!("--processors {}", path.display()))?;
+    Catalog::builtin().check(&config).with_context(|| format!("--processors {}", path.display()))?;
+    let host_config = HostConfig { lag_log_interval: config.host.lag_log_interval, ..HostConfig::default() };
+    Ok(Some(Hosted { path: path.to_owned(), config, host: LocalHost::new(host_config) }))
+}
+
+impl Hosted {
+    /// The substrate whose commits wake the processors.
+    pub fn tap(&self, substrate: Substrate) -> Substrate {
+        self.host.tap(substrate)
+    }
+
+    /// Checks every processor against the store (kinds, patterns, options,
+    /// target streams) and starts them.
+    pub async fn start(&self, service: &StreamService) -> anyhow::Result<()> {
+        let registry = Catalog::builtin()
+            .build(&self.config, service)
+            .await
+            .with_context(|| format!("--processors {}", self.path.display()))?;
+        self.host.start(service.clone(), registry).await.context("starting the processors")?;
+        Ok(())
+    }
+
+    pub fn operator(&self) -> Arc<dyn ds_processor_host::ProcessorOperator> {
+        self.host.operator()
+    }
+
+    /// Sets `ds_processor_streams{processor}` and
+    /// `ds_processor_max_lag{processor}` before each scrape.
+    pub fn gauges(&self) -> ScrapeHook {
+        let host = self.host.clone();
+        Box::new(move || {
+            for lag in host.lag() {
+                metrics::gauge!("ds_processor_streams", "processor" => lag.processor.clone()).set(lag.streams as f64);
+                metrics::gauge!("ds_processor_max_lag", "processor" => lag.processor).set(lag.max_lag as f64);
+            }
+        })
+    }
+
+    /// Drains every runner.
+    pub async fn shutdown(&self) {
+        self.host.shutdown().await;
+    }
+}

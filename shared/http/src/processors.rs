@@ -1,0 +1,241 @@
+//! The operator API of hosted processors, beside (never under) the stream
+//! paths:
+//!
+//! | request | what | access |
+//! | --- | --- | --- |
+//! | `GET /v1/processors[?after=STREAM&limit=N]` | every processor on every stream, with its lag | `read` on `__ds/processors` |
+//! | `GET /v1/processors/{slug}/streams/{stream}` | one processor on one stream, with its state | `read` on the stream |
+//! | `POST /v1/processors/{slug}/re-reduce/{stream}` | rebuild the state through the ack | `admin` on the stream |
+//! | `POST /v1/processors/{slug}/reprocess-from/{stream}` | rewind to a position (CAS on the cursor revision) | `admin` on the stream |
+//! | `POST /v1/processors/{slug}/skip-through/{stream}` | move past a poison event (CAS) | `admin` on the stream |
+//!
+//! Control bodies are JSON: `{"reason": "…", "position": N,
+//! "expectedRevision": R}` (`position` and `expectedRevision` for the two
+//! compare-and-swap controls only). A stale `expectedRevision` is `409`
+//! and changes nothing. Answers are JSON (`ProcessorPage`,
+//! `ProcessorDetail`); errors come from `error.rs`.
+
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use ds_processor_host::{Control, ProcessorOperator};
+use serde::Deserialize;
+
+use crate::error::ApiError;
+use crate::request::{body, percent_decode};
+
+/// The path a processor listing is checked against (`read` on it).
+pub const PROCESSORS_PATH: &str = "__ds/processors";
+
+/// Largest control body.
+const MAX_CONTROL_BODY: usize = 64 * 1024;
+/// Default and largest page of a listing, in streams.
+const DEFAULT_LIMIT: usize = 1000;
+const MAX_LIMIT: usize = 10_000;
+const DEFAULT_REASON: &str = "operator request";
+
+/// The operator behind the API, if the server hosts processors.
+pub(crate) type Operator = Option<Arc<dyn ProcessorOperator>>;
+
+/// A control's name in its URL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Action {
+    ReReduce,
+    ReprocessFrom,
+    SkipThrough,
+}
+
+/// A parsed operator API request path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Route {
+    List,
+    Show { slug: String, stream: String },
+    Control { slug: String, action: Action, stream: String },
+}
+
+/// Parses `/v1/processors[/{slug}/{action}/{stream}]`; `None`: not an
+/// operator API path.
+pub(crate) fn route(uri: &Uri) -> Option<Result<Route, ApiError>> {
+    let path = uri.path();
+    if path == "/v1/processors" || path == "/v1/processors/" {
+        return Some(Ok(Route::List));
+    }
+    let rest = path.strip_prefix("/v1/processors/")?;
+    Some(parse_rest(rest))
+}
+
+fn parse_rest(rest: &str) -> Result<Route, ApiError> {
+    let usage = || {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "NOT_FOUND",
+            "no such operator route: use /v1/processors/{slug}/streams|re-reduce|reprocess-from|skip-through/{stream}",
+        )
+    };
+    let mut parts = rest.splitn(3, '/');
+    let (Some(slug), Some(action), Some(stream)) = (parts.next(), parts.next(), parts.next()) else {
+        return Err(usage());
+    };
+    let slug =
+        percent_decode(slug).filter(|s| !s.is_empty()).ok_or_else(|| ApiError::bad_request("bad processor slug"))?;
+    let stream = percent_decode(stream)
+        .ok_or_else(|| ApiError::bad_request("stream path is not valid percent-encoded UTF-8"))?;
+    ds_protocol::path::validate(&stream)?;
+    let action = match action {
+        "streams" => return Ok(Route::Show { slug, stream }),
+        "re-reduce" => Action::ReReduce,
+        "reprocess-from" => Action::ReprocessFrom,
+        "skip-through" => Action::SkipThrough,
+        _ => return Err(usage()),
+    };
+    Ok(Route::Control { slug, action, stream })
+}
+
+/// The one handler of the operator API.
+pub(crate) async fn handle(State(operator): State<Operator>, req: Request) -> Response {
+    dispatch(operator, req).await.unwrap_or_else(IntoResponse::into_response)
+}
+
+async fn dispatch(operator: Operator, req: Request) -> Result<Response, ApiError> {
+    let Some(route) = route(req.uri()) else { return Err(ApiError::bad_request("not an operator API path")) };
+    let route = route?;
+    let Some(operator) = operator else {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "NO_PROCESSORS",
+            "this server hosts no processors (start it with --processors FILE)",
+        ));
+    };
+    let method = req.method().clone();
+    match (route, method) {
+        (Route::List, Method::GET) => {
+            let (after, limit) = list_query(req.uri())?;
+            json(&operator.list(after.as_deref(), limit).await?)
+        }
+        (Route::Show { slug, stream }, Method::GET) => json(&operator.show(&slug, &stream).await?),
+        (Route::Control { slug, action, stream }, Method::POST) => {
+            let control = control(action, &body(req.into_body(), MAX_CONTROL_BODY).await?)?;
+            json(&operator.control(&slug, &stream, control).await?)
+        }
+        (Route::Control { .. }, _) => Err(method_not_allowed("POST")),
+        (_, _) => Err(method_not_allowed("GET")),
+    }
+}
+
+fn method_not_allowed(allow: &'static str) -> ApiError {
+    let mut e = ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "METHOD_NOT_ALLOWED", format!("use {allow}"));
+    e.headers.push(("allow", HeaderValue::from_static(allow)));
+    e
+}
+
+fn list_query(uri: &Uri) -> Result<(Option<String>, usize), ApiError> {
+    let (mut after, mut limit) = (None, DEFAULT_LIMIT);
+    for pair in uri.query().unwrap_or_default().split('&').filter(|p| !p.is_empty()) {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        let v = percent_decode(v).ok_or_else(|| ApiError::bad_request("query is not valid UTF-8"))?;
+        match k {
+            "after" => after = Some(v),
+            "limit" => {
+                limit = v
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|n| (1..=MAX_LIMIT).contains(n))
+                    .ok_or_else(|| ApiError::bad_request(format!("limit must be 1..={MAX_LIMIT}, not {v:?}")))?;
+            }
+            _ => {}
+        }
+    }
+    Ok((after, limit))
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ControlBody {
+    reason: Option<String>,
+    position: Option<u64>,
+    expected_revision: Option<u64>,
+}
+
+fn control(action: Action, bytes: &[u8]) -> Result<Control, ApiError> {
+    let body: ControlBody = if bytes.iter().all(u8::is_ascii_whitespace) {
+        ControlBody::default()
+    } else {
+        serde_json::from_slice(bytes).map_err(|e| ApiError::bad_request(format!("control body: {e}")))?
+    };
+    let reason = body.reason.filter(|r| !r.trim().is_empty()).unwrap_or_else(|| DEFAULT_REASON.to_owned());
+    if reason.len() > 1024 {
+        return Err(ApiError::bad_request("reason: at most 1024 bytes"));
+    }
+    let required = |v: Option<u64>, field: &str| {
+        v.ok_or_else(|| ApiError::bad_request(format!("control body: `{field}` is required for this control")))
+    };
+    Ok(match action {
+        Action::ReReduce => {
+            if body.position.is_some() || body.expected_revision.is_some() {
+                return Err(ApiError::bad_request("re-reduce takes no `position` or `expectedRevision`"));
+            }
+            Control::ReReduce { reason }
+        }
+        Action::ReprocessFrom => Control::ReprocessFrom {
+            position: required(body.position, "position")?,
+            expected_revision: required(body.expected_revision, "expectedRevision")?,
+            reason,
+        },
+        Action::SkipThrough => Control::SkipThrough {
+            position: required(body.position, "position")?,
+            expected_revision: required(body.expected_revision, "expectedRevision")?,
+            reason,
+        },
+    })
+}
+
+fn json(value: &impl serde::Serialize) -> Result<Response, ApiError> {
+    let body = serde_json::to_vec(value)
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL", e.to_string()))?;
+    let mut resp = (StatusCode::OK, body).into_response();
+    resp.headers_mut().insert(http::header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    resp.headers_mut().insert(http::header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    Ok(resp)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn parse(uri: &str) -> Result<Route, ApiError> {
+        route(&uri.parse().unwrap()).expect("an operator path")
+    }
+
+    #[test]
+    fn routes_take_the_slug_the_action_and_a_decoded_stream_path() {
+        assert_eq!(parse("/v1/processors").unwrap(), Route::List);
+        assert_eq!(
+            parse("/v1/processors/outbox/streams/orders%2F1/x").unwrap(),
+            Route::Show { slug: "outbox".into(), stream: "orders/1/x".into() }
+        );
+        assert_eq!(
+            parse("/v1/processors/c/skip-through/a/b").unwrap(),
+            Route::Control { slug: "c".into(), action: Action::SkipThrough, stream: "a/b".into() }
+        );
+        assert_eq!(parse("/v1/processors/c/rewind/a").unwrap_err().status, StatusCode::NOT_FOUND);
+        assert_eq!(parse("/v1/processors/c/streams/a/%2E%2E/b").unwrap_err().status, StatusCode::BAD_REQUEST);
+        assert_eq!(parse("/v1/processors/c").unwrap_err().status, StatusCode::NOT_FOUND);
+        assert!(route(&"/v1/stream/x".parse().unwrap()).is_none());
+    }
+
+    #[test]
+    fn control_bodies_need_their_fields() {
+        assert_eq!(control(Action::ReReduce, b"").unwrap(), Control::ReReduce { reason: DEFAULT_REASON.into() });
+        assert_eq!(
+            control(Action::ReprocessFrom, br#"{"position":5,"expectedRevision":2,"reason":"fix"}"#).unwrap(),
+            Control::ReprocessFrom { position: 5, expected_revision: 2, reason: "fix".into() }
+        );
+        let missing = control(Action::SkipThrough, br#"{"position":5}"#).unwrap_err();
+        assert!(missing.message.contains("`expectedRevision` is required"), "{}", missing.message);
+        assert!(control(Action::ReReduce, br#"{"position":5}"#).is_err());
+        assert!(control(Action::ReReduce, br#"{"reasn":"x"}"#).unwrap_err().message.contains("unknown field"));
+    }
+}
