@@ -15,6 +15,9 @@ trap '[ -n "$PID" ] && kill $PID 2>/dev/null; rm -rf "$RUN"' EXIT
 {
   echo "# Idle live readers: resident memory per connection"
   echo
+  echo "**Calibration:** none (resident memory of the server process per held connection, not a throughput report;"
+  echo "the client's own memory is not counted)."
+  echo
   echo "Produced by \`make test-long\` (tests/long/idle-rss.sh) at git $(git rev-parse --short HEAD): a fresh"
   echo "release \`durable-streams serve --store local --max-live-readers $((COUNT + 1000)) --long-poll-timeout 10m --sse-max-duration 10m --idle-timeout 10m\`"
   echo "per kind; \`ds-reliability idle-rss\` opens 100 readers to warm up, samples VmRSS, opens $COUNT more"

@@ -14,7 +14,10 @@ target/release/durable-streams serve "${ARGS[@]}" >"$RUN/server.log" 2>&1 &
 PID=$!
 trap 'kill $PID 2>/dev/null || true; wait $PID 2>/dev/null || true; rm -rf "$RUN"' EXIT
 for _ in $(seq 1 100); do curl -fsS "http://127.0.0.1:$PORT/health" >/dev/null 2>&1 && break; sleep 0.1; done
-PREAMBLE="Produced by \`make test-long\` (tests/long/soak.sh) at git $(git rev-parse --short HEAD): \
+PREAMBLE="**Calibration:** none (memory, descriptor and error figures of the server process, not a throughput \
+report: the request counts only say how much load there was).
+
+Produced by \`make test-long\` (tests/long/soak.sh) at git $(git rev-parse --short HEAD): \
 \`durable-streams serve ${ARGS[*]/$RUN/\$TMP}\` (release build), driven by \`ds-reliability soak\` \
 for $DURATION with 8 appenders (half with idempotent producers) on 8 streams, 2 catch-up readers, \
 4 long-poll and 2 SSE tailers, and a churn task (create, append, fork, read, delete; TTL streams \

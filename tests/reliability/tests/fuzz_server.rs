@@ -31,7 +31,7 @@ async fn campaign_against(store: Store, seed: u64) {
     let requests = std::env::var("DS_FUZZ_SERVER_REQUESTS").ok().and_then(|v| v.parse().ok()).unwrap_or(2_000);
     let opts = ServerOpts {
         store,
-        args: QUICK.iter().map(|s| (*s).to_owned()).collect(),
+        extra_args: QUICK.iter().map(|s| (*s).to_owned()).collect(),
         long_poll_timeout: "300ms",
         ..ServerOpts::default()
     };

@@ -19,7 +19,7 @@ async fn server(args: &[&str]) -> Server {
 async fn server_with(args: &[&str], long_poll_timeout: &'static str) -> Server {
     let opts = ServerOpts {
         store: Store::Memory,
-        args: args.iter().map(|a| (*a).to_owned()).collect(),
+        extra_args: args.iter().map(|a| (*a).to_owned()).collect(),
         long_poll_timeout,
         ..ServerOpts::default()
     };
