@@ -19,7 +19,9 @@ report: the request counts only say how much load there was).
 
 Produced by \`make test-long\` (tests/long/soak.sh) at git $(git rev-parse --short HEAD): \
 \`durable-streams serve ${ARGS[*]/$RUN/\$TMP}\` (release build), driven by \`ds-reliability soak\` \
-for $DURATION with 8 appenders (half with idempotent producers) on 8 streams, 2 catch-up readers, \
+for $DURATION with 8 appenders (half with idempotent producers) on 8 streams (each checked whole and \
+replaced by a fresh generation every 2,000 appends, the old one deleted 15 s later, so the data stays \
+bounded), 2 catch-up readers, \
 4 long-poll and 2 SSE tailers, and a churn task (create, append, fork, read, delete; TTL streams \
 checked expired), all on 127.0.0.1. Machine: $(nproc) cores, shared."
 target/release/ds-reliability soak --base "http://127.0.0.1:$PORT" --pid "$PID" --duration "$DURATION" \

@@ -37,13 +37,16 @@ async fn dispatch(app: AppState, req: Request) -> ApiResult {
             "the reserved __ds control APIs (subscriptions) are not implemented by this server yet",
         ));
     }
+    // Each method's future is boxed: held inline, every request (a
+    // long-poll held for its whole wait, too) would carry the size of the
+    // largest (an append's).
     match *req.method() {
-        Method::PUT => put(app, path, req).await,
-        Method::POST => post(app, path, req).await,
-        Method::GET => get_stream(app, path, req).await,
-        Method::HEAD => head(app, path).await,
+        Method::PUT => Box::pin(put(app, path, req)).await,
+        Method::POST => Box::pin(post(app, path, req)).await,
+        Method::GET => Box::pin(get_stream(app, path, req)).await,
+        Method::HEAD => Box::pin(head(app, path)).await,
         Method::DELETE => {
-            app.service.delete(&path).await?;
+            Box::pin(app.service.delete(&path)).await?;
             Ok(StatusCode::NO_CONTENT.into_response())
         }
         _ => Err(ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "METHOD_NOT_ALLOWED", "method not allowed")),

@@ -133,9 +133,23 @@ mod tests {
 
     #[tokio::test]
     async fn bodies_over_the_limit_are_413_and_others_are_read_whole() {
-        let ok = body(Body::from("12345"), 5).await.unwrap();
+        let idle = Duration::from_secs(5);
+        let ok = body(Body::from("12345"), 5, idle).await.unwrap();
         assert_eq!(ok, Bytes::from_static(b"12345"));
-        let err = body(Body::from("123456"), 5).await.expect_err("over the limit");
+        let err = body(Body::from("123456"), 5, idle).await.expect_err("over the limit");
         assert_eq!(err.status, axum::http::StatusCode::PAYLOAD_TOO_LARGE);
+        let pieces =
+            ["", "ab", "", "cd", "e"].map(|p| Ok::<_, std::convert::Infallible>(Bytes::from_static(p.as_bytes())));
+        let whole = body(Body::from_stream(futures::stream::iter(pieces)), 5, idle).await.unwrap();
+        assert_eq!(whole, Bytes::from_static(b"abcde"), "pieces joined in order");
+    }
+
+    #[tokio::test]
+    async fn a_body_that_stops_arriving_is_408() {
+        let first = futures::stream::iter([Ok::<_, std::convert::Infallible>(Bytes::from_static(b"ab"))]);
+        let stalled = Body::from_stream(futures::StreamExt::chain(first, futures::stream::pending()));
+        let err = body(stalled, 100, Duration::from_millis(50)).await.expect_err("stalled");
+        assert_eq!(err.status, axum::http::StatusCode::REQUEST_TIMEOUT);
+        assert!(err.headers.iter().any(|(n, v)| *n == "connection" && v == "close"), "408 closes the connection");
     }
 }

@@ -12,7 +12,7 @@
 use std::convert::Infallible;
 use std::future::Future;
 use std::io;
-use std::pin::pin;
+use std::pin::{pin, Pin};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -120,7 +120,8 @@ pub async fn serve_with<H: Handshake>(
         };
         // Small writes (SSE events) must not wait for the peer's delayed ACK.
         let _ = tcp.set_nodelay(true);
-        let (app, limits, handshake, stop) = (app.clone(), Arc::clone(&limits), Arc::clone(&handshake), stop_rx.clone());
+        let (app, limits, handshake, stop) =
+            (app.clone(), Arc::clone(&limits), Arc::clone(&handshake), stop_rx.clone());
         tokio::spawn(async move {
             match tokio::time::timeout(limits.header_read_timeout, handshake.handshake(tcp)).await {
                 Ok(Ok((io, protocol))) => run_connection(io, protocol, app, limits, Some(stop)).await,
@@ -161,12 +162,16 @@ async fn run_connection<IO>(
     let service = hyper::service::service_fn(move |req: Request<Incoming>| {
         let busy = Busy::begin(Arc::clone(&phase));
         let app = app.clone();
+        let req = detach_head(req);
         async move {
             let resp = app.oneshot(req.map(Body::new)).await.unwrap_or_else(|e| match e {});
             // The connection is busy until the body is sent (or dropped).
             Ok::<_, Infallible>(resp.map(|body| Body::new(TrackedBody::new(body, busy))))
         }
     });
+    // The connection lives in its own allocation of its own size: inline,
+    // it would be moved into (and sized into) every enclosing future, and
+    // an HTTP/1.1 connection would carry the size of an HTTP/2 one.
     match protocol {
         Protocol::Http1 => {
             let mut builder = hyper::server::conn::http1::Builder::new();
@@ -174,24 +179,42 @@ async fn run_connection<IO>(
                 .header_read_timeout(None) // the guarded IO enforces it (and the idle timeout)
                 .max_header_size(limits.max_header_bytes)
                 .max_buf_size(limits.max_header_bytes.max(HYPER_MIN_BUF));
-            let conn = builder.serve_connection(io, service);
-            drive(conn, stop, |c| c.graceful_shutdown()).await;
+            drive(Box::pin(builder.serve_connection(io, service)), stop, |c| c.graceful_shutdown()).await;
         }
         Protocol::Http2 => {
             let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
-            builder.timer(TokioTimer::new()).max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX));
-            let conn = builder.serve_connection(io, service);
-            drive(conn, stop, |c| c.graceful_shutdown()).await;
+            builder
+                .timer(TokioTimer::new())
+                .max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX));
+            drive(Box::pin(builder.serve_connection(io, service)), stop, |c| c.graceful_shutdown()).await;
         }
     }
 }
 
+/// hyper's request head refers into the connection's 8 KiB read buffer
+/// (reference-counted): a request that stays in flight, a long-poll for
+/// one, would pin that buffer, and hyper would allocate another for its
+/// next read. A copy of the head (a few hundred bytes) lets hyper reuse it.
+fn detach_head<B>(req: Request<B>) -> Request<B> {
+    let (mut parts, body) = req.into_parts();
+    if let Ok(uri) = http::Uri::try_from(parts.uri.to_string()) {
+        parts.uri = uri;
+    }
+    let mut headers = http::HeaderMap::with_capacity(parts.headers.len());
+    for (name, value) in &parts.headers {
+        let mut copy = http::HeaderValue::from_bytes(value.as_bytes()).unwrap_or_else(|_| value.clone());
+        copy.set_sensitive(value.is_sensitive());
+        headers.append(name.clone(), copy);
+    }
+    parts.headers = headers;
+    Request::from_parts(parts, body)
+}
+
 /// Run a connection to its end; when `stop` turns true, shut it down gracefully.
-async fn drive<C>(conn: C, stop: Option<watch::Receiver<bool>>, graceful: impl FnOnce(std::pin::Pin<&mut C>))
+async fn drive<C>(mut conn: Pin<Box<C>>, stop: Option<watch::Receiver<bool>>, graceful: impl FnOnce(Pin<&mut C>))
 where
     C: Future<Output = Result<(), hyper::Error>>,
 {
-    let mut conn = pin!(conn);
     let Some(mut stop) = stop else {
         log_end(conn.await);
         return;

@@ -74,8 +74,19 @@ async fn main() -> anyhow::Result<()> {
             }
             let growth = r.rss_growth(warm_up);
             println!(
-                "soak: {} appends, {} reads, {} SSE events, {} churned, {} expired, {} errors, {} of {} acknowledged appends readable, RSS growth after warm-up {:+.1}%, fds {:?}",
-                r.appends, r.reads, r.sse_events, r.churned, r.expired, r.error_count, r.verified, r.appends, growth * 100.0, r.fd_range(warm_up)
+                "soak: {} appends, {} reads, {} SSE events, {} churned, {} expired, {} generations rotated, {} errors, \
+                 {} of {} acknowledged appends readable, RSS growth after warm-up {:+.1}%, fds {:?}",
+                r.appends,
+                r.reads,
+                r.sse_events,
+                r.churned,
+                r.expired,
+                r.rotations,
+                r.error_count,
+                r.verified,
+                r.appends,
+                growth * 100.0,
+                r.fd_range(warm_up)
             );
             for e in &r.errors {
                 println!("  error: {e}");

@@ -6,6 +6,12 @@
 //! streams (self-checking records), catch-up readers, long-poll and SSE
 //! tailers, and a churn task that creates, appends, forks, reads and deletes
 //! streams and creates TTL streams it then watches expire.
+//!
+//! The data stays bounded, so memory can be judged in a steady state (a
+//! store's caches grow with the data they hold): after [`ROTATE_AT`]
+//! appends an appender checks its stream holds exactly what was
+//! acknowledged, moves to the stream's next generation (readers follow),
+//! and deletes the old one [`ROTATE_GRACE`] later, once no reader is on it.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -21,6 +27,11 @@ use crate::procfs;
 const STREAMS: u32 = 8;
 /// Appenders: the even ones use producer headers, the odd ones do not.
 const APPENDERS: u32 = 8;
+/// Appends per stream generation (about 0.7 MB of records).
+const ROTATE_AT: u64 = 2_000;
+/// An old generation is deleted this long after the switch: longer than any
+/// reader stays on it (a long-poll or a 5 s SSE connection).
+const ROTATE_GRACE: Duration = Duration::from_secs(15);
 
 /// One sample of the server process.
 #[derive(Debug, Clone, Copy)]
@@ -41,6 +52,8 @@ pub struct SoakReport {
     pub sse_events: u64,
     pub churned: u64,
     pub expired: u64,
+    /// Stream generations checked whole and deleted.
+    pub rotations: u64,
     pub errors: Vec<String>,
     pub error_count: u64,
     /// Acknowledged appends found in the streams at the end (all of them, or an error says which not).
@@ -57,8 +70,13 @@ struct Counters {
     errors: AtomicU64,
     stop: AtomicBool,
     log: Mutex<Vec<String>>,
-    /// Per appender: batches acknowledged (0..n).
+    /// Per appender: batches acknowledged (0..n) in the current generation.
     acked: Mutex<BTreeMap<u32, u64>>,
+    /// Per stream: the generation appenders and readers use now.
+    generation: [AtomicU64; STREAMS as usize],
+    /// Acknowledged appends found in rotated generations.
+    rotated_verified: AtomicU64,
+    rotations: AtomicU64,
 }
 
 impl Counters {
@@ -72,17 +90,20 @@ impl Counters {
     fn stopped(&self) -> bool {
         self.stop.load(Relaxed)
     }
+    fn generation(&self, s: u32) -> u64 {
+        self.generation[s as usize].load(Relaxed)
+    }
 }
 
-fn stream_url(base: &str, s: u32) -> String {
-    format!("{base}/v1/stream/soak/s{s}")
+fn stream_url(base: &str, s: u32, generation: u64) -> String {
+    format!("{base}/v1/stream/soak/s{s}/g{generation}")
 }
 
 /// Run the soak against `base` for `duration`, sampling process `pid`.
 pub async fn run(base: &str, pid: u32, duration: Duration, every: Duration) -> anyhow::Result<SoakReport> {
     let http = client();
     for s in 0..STREAMS {
-        let resp = http.put(stream_url(base, s)).header("content-type", "application/octet-stream").send().await?;
+        let resp = http.put(stream_url(base, s, 0)).header("content-type", "application/octet-stream").send().await?;
         anyhow::ensure!(resp.status().is_success(), "creating stream {s}: {}", resp.status());
     }
     let c = Arc::new(Counters::default());
@@ -133,21 +154,33 @@ pub async fn run(base: &str, pid: u32, duration: Duration, every: Duration) -> a
         sse_events: c.sse_events.load(Relaxed),
         churned: c.churned.load(Relaxed),
         expired: c.expired.load(Relaxed),
+        rotations: c.rotations.load(Relaxed),
         error_count: c.errors.load(Relaxed),
         errors: log,
         verified,
     })
 }
 
-/// Append records `0, 1, 2, ...` of appender `a` to stream `a % STREAMS`.
+/// Append records `0, 1, 2, ...` of appender `a` to stream `a % STREAMS`,
+/// moving to the stream's next generation every [`ROTATE_AT`] appends.
 /// Producer appenders retry a failed request with the same sequence number;
 /// plain ones count any failure as an error (a retry could duplicate).
 async fn appender(base: String, c: Arc<Counters>, a: u32) {
     let http = client();
-    let url = stream_url(&base, a % STREAMS);
+    let s = a % STREAMS;
     let producer = a % 2 == 0;
     let mut seq = 0u64;
     while !c.stopped() {
+        let generation = c.generation(s);
+        if seq == ROTATE_AT {
+            if rotate(&http, &base, &c, a, generation).await {
+                seq = 0;
+            } else {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            continue;
+        }
+        let url = stream_url(&base, s, generation);
         let mut req = http.post(&url).header("content-type", "application/octet-stream").body(record::encode(a, seq));
         if producer {
             req = req
@@ -167,13 +200,61 @@ async fn appender(base: String, c: Arc<Counters>, a: u32) {
     }
 }
 
+/// Check that generation `g` of appender `a`'s stream holds exactly its
+/// [`ROTATE_AT`] acknowledged records, create generation `g + 1` and switch
+/// everyone to it, and delete `g` after [`ROTATE_GRACE`]. Whether the
+/// switch happened (else it is retried).
+async fn rotate(http: &reqwest::Client, base: &str, c: &Arc<Counters>, a: u32, g: u64) -> bool {
+    let s = a % STREAMS;
+    let old = stream_url(base, s, g);
+    match read_all(http, &old).await.map(|(b, _)| record::parse(&b)) {
+        Ok(Ok(records)) => {
+            let exact = records.len() as u64 == ROTATE_AT
+                && records.iter().zip(0..).all(|(r, seq)| r.producer == a && r.seq == seq);
+            if exact {
+                c.rotated_verified.fetch_add(ROTATE_AT, Relaxed);
+            } else {
+                c.error(format!(
+                    "s{s}/g{g}: {} records, not exactly seq 0..{ROTATE_AT} of appender {a}",
+                    records.len()
+                ));
+            }
+        }
+        Ok(Err(e)) => c.error(format!("s{s}/g{g} before rotation: {e}")),
+        Err(e) => c.error(format!("s{s}/g{g} before rotation: {e:#}")),
+    }
+    let next = stream_url(base, s, g + 1);
+    match http.put(&next).header("content-type", "application/octet-stream").send().await {
+        Ok(r) if r.status().as_u16() == 201 => {}
+        other => {
+            c.error(format!("creating s{s}/g{}: {:?}", g + 1, other.map(|r| r.status())));
+            return false;
+        }
+    }
+    c.acked.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(a, 0);
+    c.generation[s as usize].store(g + 1, Relaxed);
+    c.rotations.fetch_add(1, Relaxed);
+    let (http, c) = (http.clone(), Arc::clone(c));
+    tokio::spawn(async move {
+        tokio::time::sleep(ROTATE_GRACE).await;
+        if c.stopped() {
+            return;
+        }
+        match http.delete(&old).send().await {
+            Ok(r) if r.status().as_u16() == 204 => {}
+            other => c.error(format!("deleting s{s}/g{g}: {:?}", other.map(|r| r.status()))),
+        }
+    });
+    true
+}
+
 /// Read random long-lived streams whole; they must parse into records.
 async fn catch_up(base: String, c: Arc<Counters>, r: u32) {
     let http = client();
     let mut s = r;
     while !c.stopped() {
         s = (s + 1) % STREAMS;
-        match read_all(&http, &stream_url(&base, s)).await {
+        match read_all(&http, &stream_url(&base, s, c.generation(s))).await {
             Ok((bytes, _)) => match record::parse(&bytes) {
                 Ok(_) => {
                     c.reads.fetch_add(1, Relaxed);
@@ -189,9 +270,14 @@ async fn catch_up(base: String, c: Arc<Counters>, r: u32) {
 /// Tail stream `s` with long-polls from its current end.
 async fn long_poll(base: String, c: Arc<Counters>, s: u32) {
     let http = client();
-    let url = stream_url(&base, s);
+    let mut generation = c.generation(s);
     let mut offset = "now".to_owned();
     while !c.stopped() {
+        if c.generation(s) != generation {
+            generation = c.generation(s);
+            offset = "now".to_owned();
+        }
+        let url = stream_url(&base, s, generation);
         match http.get(format!("{url}?offset={offset}&live=long-poll")).send().await {
             Ok(r) if r.status().is_success() => {
                 if let Some(next) = header(&r, "stream-next-offset") {
@@ -211,8 +297,8 @@ async fn long_poll(base: String, c: Arc<Counters>, s: u32) {
 async fn sse(base: String, c: Arc<Counters>, s: u32) {
     use futures::StreamExt;
     let http = client();
-    let url = format!("{}?offset=now&live=sse", stream_url(&base, s));
     while !c.stopped() {
+        let url = format!("{}?offset=now&live=sse", stream_url(&base, s, c.generation(s)));
         let resp = match http.get(&url).send().await {
             Ok(r) if r.status().is_success() => r,
             Ok(r) => {
@@ -305,14 +391,16 @@ async fn churn_once(http: &reqwest::Client, base: &str, i: u64) -> anyhow::Resul
     Ok(())
 }
 
-/// Every acknowledged append of every appender is in its stream, once and in
-/// order. Returns how many were found.
+/// Every acknowledged append of every appender is in its stream's current
+/// generation, once and in order. Returns how many were found, with those
+/// checked in rotated generations.
 async fn verify(base: &str, c: &Counters) -> u64 {
     let http = client();
     let acked = c.acked.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
-    let mut found = 0;
+    let mut found = c.rotated_verified.load(Relaxed);
     for s in 0..STREAMS {
-        let records = match read_all(&http, &stream_url(base, s)).await.map(|(b, _)| record::parse(&b)) {
+        let records = match read_all(&http, &stream_url(base, s, c.generation(s))).await.map(|(b, _)| record::parse(&b))
+        {
             Ok(Ok(records)) => records,
             Ok(Err(e)) => return fail(c, format!("final read of s{s}: {e}"), found),
             Err(e) => return fail(c, format!("final read of s{s}: {e:#}"), found),
@@ -388,6 +476,7 @@ impl SoakReport {
             ("SSE events received", self.sse_events.to_string()),
             ("streams created, appended, forked, read and deleted", self.churned.to_string()),
             ("TTL streams seen expired", self.expired.to_string()),
+            ("stream generations checked whole and rotated", self.rotations.to_string()),
             ("errors", self.error_count.to_string()),
             (
                 "resident memory growth after warm-up",

@@ -10,8 +10,12 @@ use ds_reliability::soak;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn short_soak_on_the_local_store() {
-    let args = ["--long-poll-timeout", "2s", "--sse-max-duration", "3s"];
-    let opts = ServerOpts { extra_args: args.iter().map(|a| (*a).to_owned()).collect(), ..ServerOpts::default() };
+    let args = ["--sse-max-duration", "3s"];
+    let opts = ServerOpts {
+        long_poll_timeout: "2s",
+        extra_args: args.iter().map(|a| (*a).to_owned()).collect(),
+        ..ServerOpts::default()
+    };
     let mut server = Server::start(opts).await.unwrap();
     let secs = std::env::var("DS_SOAK_SECS").ok().and_then(|v| v.parse().ok()).unwrap_or(20);
     let report =

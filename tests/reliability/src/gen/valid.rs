@@ -70,8 +70,8 @@ fn append(names: Names) -> impl Strategy<Value = Case> {
     let producer = prop::option::of((0u8..3, 0u64..3, 0u64..12));
     let seq = prop::option::of(prop::sample::select(vec!["a", "b", "m", "z", "00001", "00002"]));
     let matching = prop::bool::weighted(0.8);
-    (names.any_name(), content_type(), matching, producer, seq, prop::bool::weighted(0.05), any::<bool>()).prop_flat_map(
-        move |(name, ct, matching, producer, seq, close, chunked)| {
+    (names.any_name(), content_type(), matching, producer, seq, prop::bool::weighted(0.05), any::<bool>())
+        .prop_flat_map(move |(name, ct, matching, producer, seq, close, chunked)| {
             let names = names.clone();
             // Mostly the stream's own type, so most appends get through.
             let ct = type_of(&name).filter(|_| matching).unwrap_or(ct);
@@ -97,8 +97,7 @@ fn append(names: Names) -> impl Strategy<Value = Case> {
                 };
                 req.body(body).case("valid append")
             })
-        },
-    )
+        })
 }
 
 fn read(names: Names) -> impl Strategy<Value = Case> {
