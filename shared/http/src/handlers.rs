@@ -181,6 +181,9 @@ async fn head(app: AppState, path: String) -> ApiResult {
 
 async fn get_stream(app: AppState, path: String, req: Request) -> ApiResult {
     let q = read_query(req.uri())?;
+    let inm = get(req.headers(), "if-none-match")?.map(str::to_owned);
+    // Not held through a long-poll's wait.
+    drop(req);
     let live = q.live;
     let read = ReadRequest { path, offset: q.offset, live };
     // A live reader holds a slot until its response ends (refused with 503).
@@ -190,7 +193,6 @@ async fn get_stream(app: AppState, path: String, req: Request) -> ApiResult {
     }
     let out = app.service.read(read).await?;
     drop(slot);
-    let inm = get(req.headers(), "if-none-match")?.map(str::to_owned);
     let cursor = (live == LiveMode::LongPoll && !out.closed).then(|| app.service.live_cursor(q.cursor.as_deref()));
     Ok(render_read(&out, cursor, inm.as_deref()))
 }
