@@ -9,9 +9,10 @@ run:
 test:
 	bash tests/run-all.sh
 
-# Campaigns too long for `make test`: one script per line.
+# Campaigns too long for `make test` (sam build, reliability: fuzz, crash, AWS
+# faults, soak, idle readers): the list is in tests/run-long.sh.
 test-long:
-	bash infra/sam-build.sh
+	bash tests/run-long.sh
 
 # Only the Rust tests (the AWS ones need the emulator: `make test` starts it).
 test-rust:

@@ -84,7 +84,7 @@ fn service_config<F: Fn(&str) -> Option<String>>(env: &Settings<F>) -> anyhow::R
 /// Largest request body: Lambda's 6 MiB invocation payload limit by default.
 pub fn http_config_from_env() -> anyhow::Result<ds_http::HttpConfig> {
     let max = Settings::from_env().size("DS_MAX_BODY_BYTES")?.unwrap_or(6 * 1024 * 1024);
-    Ok(ds_http::HttpConfig { max_body_bytes: max })
+    Ok(ds_http::HttpConfig { max_body_bytes: max, ..ds_http::HttpConfig::default() })
 }
 
 /// The router over a service, open to everyone.

@@ -70,6 +70,52 @@ pub struct ServeArgs {
     pub webhook_allow_loopback: bool,
     #[command(flatten)]
     pub security: crate::security::SecurityArgs,
+    #[command(flatten)]
+    pub limits: LimitArgs,
+}
+
+/// Resource limits: what one client, or many, may hold of the server.
+#[derive(clap::Args, Debug, Clone)]
+pub struct LimitArgs {
+    /// Most live readers (long-poll and SSE requests) at once; more get 503 with Retry-After.
+    #[arg(long, env = "DS_MAX_LIVE_READERS", default_value_t = 10_000)]
+    pub max_live_readers: usize,
+    /// A connection must deliver a complete request head within this time (from accept, or
+    /// from the first byte of a later request), else it is closed.
+    #[arg(long, env = "DS_HEADER_READ_TIMEOUT", default_value = "10s", value_parser = ds_config::parse_duration)]
+    pub header_read_timeout: Duration,
+    /// A keep-alive connection with no request in progress is closed after this.
+    #[arg(long, env = "DS_IDLE_TIMEOUT", default_value = "60s", value_parser = ds_config::parse_duration)]
+    pub idle_timeout: Duration,
+    /// Largest request head (request line and headers, at most 100 lines); larger gets 431.
+    #[arg(long, env = "DS_MAX_HEADER_BYTES", default_value = "64KiB", value_parser = parse_header_bytes)]
+    pub max_header_bytes: usize,
+    /// Longest silence while a request body arrives; then 408 and the connection is closed.
+    #[arg(long, env = "DS_BODY_READ_TIMEOUT", default_value = "30s", value_parser = ds_config::parse_duration)]
+    pub body_read_timeout: Duration,
+    /// A client that accepts no response bytes for this long is disconnected.
+    #[arg(long, env = "DS_SEND_TIMEOUT", default_value = "30s", value_parser = ds_config::parse_duration)]
+    pub send_timeout: Duration,
+}
+
+/// A head limit below 1 KiB would refuse ordinary requests.
+fn parse_header_bytes(s: &str) -> Result<usize, String> {
+    let n = ds_config::parse_size_usize(s).map_err(|e| e.to_string())?;
+    if n < 1024 {
+        return Err(format!("{s:?} is below the minimum of 1KiB"));
+    }
+    Ok(n)
+}
+
+impl LimitArgs {
+    pub fn conn_limits(&self) -> ds_http::ConnLimits {
+        ds_http::ConnLimits {
+            header_read_timeout: self.header_read_timeout,
+            idle_timeout: self.idle_timeout,
+            max_header_bytes: self.max_header_bytes,
+            send_timeout: self.send_timeout,
+        }
+    }
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]

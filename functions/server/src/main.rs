@@ -45,8 +45,12 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     if let Some(due) = expiry_due {
         let svc = service.clone();
         tokio::spawn(async move { svc.run_expiry_loop(due).await });
-        let armed = service.rearm_expiries().await.context("re-arming expiry alarms")?;
-        tracing::info!(armed, "expiry alarms re-armed");
+        // Expiry is also enforced on access, so a store that cannot list its
+        // streams (e.g. a corrupt record) must not keep the server down.
+        match service.rearm_expiries().await {
+            Ok(armed) => tracing::info!(armed, "expiry alarms re-armed"),
+            Err(e) => tracing::error!(error = %e, "re-arming expiry alarms failed; expiry stays enforced on access"),
+        }
     }
     let subscriptions = subscriptions::start(&args, &service, &tap).await?;
     if let Some(p) = &processors {
@@ -64,7 +68,11 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         subscriptions: Some(subscriptions),
         processors: processors.as_ref().map(|p| p.operator()),
     };
-    let http = ds_http::HttpConfig { max_body_bytes: args.max_body_bytes };
+    let http = ds_http::HttpConfig {
+        max_body_bytes: args.max_body_bytes,
+        max_live_readers: args.limits.max_live_readers,
+        body_read_timeout: args.limits.body_read_timeout,
+    };
     let router = ds_http::router_with(service.clone(), http, ops);
     let listener = tokio::net::TcpListener::bind(args.bind).await.with_context(|| format!("binding {}", args.bind))?;
     let scheme = if tls.is_some() { "https" } else { "http" };
@@ -74,9 +82,10 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         tracing::info!("shutting down: finishing in-flight requests");
         service.begin_shutdown();
     };
+    let limits = args.limits.conn_limits();
     match tls {
-        Some(config) => tls::serve(listener, router, config, shutdown).await?,
-        None => axum::serve(listener, router).with_graceful_shutdown(shutdown).await?,
+        Some(config) => ds_http::serve_with(listener, router, limits, tls::Tls::new(config), shutdown).await,
+        None => ds_http::serve(listener, router, limits, shutdown).await,
     }
     if let Some(p) = processors {
         p.shutdown().await;

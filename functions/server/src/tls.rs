@@ -1,17 +1,18 @@
 //! HTTPS for the local server: rustls (aws-lc-rs, the process's one crypto
-//! provider), ALPN `h2` and `http/1.1`, served by axum-server.
+//! provider), ALPN `h2` and `http/1.1`. The handshake runs inside
+//! `ds_http::serve_with`, so the connection limits (the handshake counts
+//! toward the header-read timeout) hold for HTTPS as for plain HTTP.
 
-use std::future::Future;
+use std::io;
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::Context;
-use axum_server::tls_rustls::RustlsConfig;
+use ds_http::Protocol;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-
-/// How long in-flight requests get to finish after shutdown begins.
-const GRACE: Duration = Duration::from_secs(30);
+use tokio::net::TcpStream;
+use tokio_rustls::server::TlsStream;
+use tokio_rustls::TlsAcceptor;
 
 pub fn server_config(cert_pem: &[u8], key_pem: &[u8]) -> anyhow::Result<rustls::ServerConfig> {
     let certs = CertificateDer::pem_slice_iter(cert_pem)
@@ -29,22 +30,21 @@ pub fn server_config(cert_pem: &[u8], key_pem: &[u8]) -> anyhow::Result<rustls::
     Ok(config)
 }
 
-pub async fn serve(
-    listener: tokio::net::TcpListener,
-    router: axum::Router,
-    config: rustls::ServerConfig,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> anyhow::Result<()> {
-    let handle = axum_server::Handle::new();
-    let on_signal = handle.clone();
-    tokio::spawn(async move {
-        shutdown.await;
-        on_signal.graceful_shutdown(Some(GRACE));
-    });
-    let listener = listener.into_std()?;
-    axum_server::from_tcp_rustls(listener, RustlsConfig::from_config(Arc::new(config)))?
-        .handle(handle)
-        .serve(router.into_make_service())
-        .await?;
-    Ok(())
+/// The TLS handshake of every accepted connection.
+pub struct Tls(TlsAcceptor);
+
+impl Tls {
+    pub fn new(config: rustls::ServerConfig) -> Self {
+        Self(TlsAcceptor::from(Arc::new(config)))
+    }
+}
+
+impl ds_http::Handshake for Tls {
+    type Io = TlsStream<TcpStream>;
+
+    async fn handshake(&self, tcp: TcpStream) -> io::Result<(Self::Io, Protocol)> {
+        let stream = self.0.accept(tcp).await?;
+        let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
+        Ok((stream, if h2 { Protocol::Http2 } else { Protocol::Http1 }))
+    }
 }

@@ -38,6 +38,29 @@ impl ApiError {
             .header("connection", "close")
     }
 
+    /// 503: every live-reader slot is taken. `Retry-After` is spread over a
+    /// few seconds so refused readers do not all come back at once.
+    pub fn too_many_live_readers(max: usize) -> Self {
+        let wait: u8 = rand::Rng::gen_range(&mut rand::thread_rng(), 1..=4);
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "TOO_MANY_LIVE_READERS",
+            format!("this server already serves its maximum of {max} live readers (long-poll and SSE); retry later"),
+        )
+        .header("retry-after", wait)
+    }
+
+    /// 408: the request body stopped arriving. The rest is never read, so
+    /// the connection is closed.
+    pub fn body_timeout(idle: std::time::Duration) -> Self {
+        Self::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "REQUEST_TIMEOUT",
+            format!("the request body stalled for more than {} ms", idle.as_millis()),
+        )
+        .header("connection", "close")
+    }
+
     fn header(mut self, name: &'static str, value: impl ToString) -> Self {
         if let Ok(v) = HeaderValue::from_str(&value.to_string()) {
             self.headers.push((name, v));

@@ -21,6 +21,7 @@ use crate::request::{body, read_query, stream_path};
 use crate::AppState;
 
 type ApiResult = Result<Response, ApiError>;
+type LiveSlot = tokio::sync::OwnedSemaphorePermit;
 
 pub(crate) async fn stream(State(app): State<AppState>, req: Request) -> Response {
     let result = dispatch(app, req).await;
@@ -32,13 +33,16 @@ async fn dispatch(app: AppState, req: Request) -> ApiResult {
     if ds_protocol::path::is_reserved(&path) {
         return crate::reserved::dispatch(app, path, req).await;
     }
+    // Each method's future is boxed: held inline, every request (a
+    // long-poll held for its whole wait, too) would carry the size of the
+    // largest (an append's).
     match *req.method() {
-        Method::PUT => put(app, path, req).await,
-        Method::POST => post(app, path, req).await,
-        Method::GET => get_stream(app, path, req).await,
-        Method::HEAD => head(app, path).await,
+        Method::PUT => Box::pin(put(app, path, req)).await,
+        Method::POST => Box::pin(post(app, path, req)).await,
+        Method::GET => Box::pin(get_stream(app, path, req)).await,
+        Method::HEAD => Box::pin(head(app, path)).await,
         Method::DELETE => {
-            app.service.delete(&path).await?;
+            Box::pin(app.service.delete(&path)).await?;
             Ok(StatusCode::NO_CONTENT.into_response())
         }
         _ => Err(ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "METHOD_NOT_ALLOWED", "method not allowed")),
@@ -90,7 +94,7 @@ async fn put(app: AppState, path: String, req: Request) -> ApiResult {
             }
         };
     let closed = is_stream_closed(get(hd, h::STREAM_CLOSED)?);
-    let body = body(raw, app.cfg.max_body_bytes).await?;
+    let body = body(raw, app.cfg.max_body_bytes, app.cfg.body_read_timeout).await?;
     let out =
         app.service.create(CreateRequest { path: path.clone(), content_type, lifetime, closed, body, fork }).await?;
     let mut resp = if out.created { StatusCode::CREATED } else { StatusCode::OK }.into_response();
@@ -133,7 +137,7 @@ async fn post(app: AppState, path: String, req: Request) -> ApiResult {
         close: is_stream_closed(get(hd, h::STREAM_CLOSED)?),
         seq: get(hd, h::STREAM_SEQ)?.map(str::to_owned),
         producer,
-        body: body(raw, app.cfg.max_body_bytes).await?,
+        body: body(raw, app.cfg.max_body_bytes, app.cfg.body_read_timeout).await?,
         dedupe_key: None,
         incarnation: None,
     };
@@ -178,13 +182,18 @@ async fn head(app: AppState, path: String) -> ApiResult {
 
 async fn get_stream(app: AppState, path: String, req: Request) -> ApiResult {
     let q = read_query(req.uri())?;
+    let inm = get(req.headers(), "if-none-match")?.map(str::to_owned);
+    // Not held through a long-poll's wait.
+    drop(req);
     let live = q.live;
     let read = ReadRequest { path, offset: q.offset, live };
+    // A live reader holds a slot until its response ends (refused with 503).
+    let slot = if live == LiveMode::None { None } else { Some(app.live.admit()?) };
     if live == LiveMode::Sse {
-        return sse(app, read, q.cursor).await;
+        return sse(app, read, q.cursor, slot).await;
     }
     let out = app.service.read(read).await?;
-    let inm = get(req.headers(), "if-none-match")?.map(str::to_owned);
+    drop(slot);
     let cursor = (live == LiveMode::LongPoll && !out.closed).then(|| app.service.live_cursor(q.cursor.as_deref()));
     Ok(render_read(&out, cursor, inm.as_deref()))
 }
@@ -229,10 +238,15 @@ fn render_read(out: &ReadOutcome, cursor: Option<String>, inm: Option<&str>) -> 
     resp
 }
 
-async fn sse(app: AppState, read: ReadRequest, client_cursor: Option<String>) -> ApiResult {
+async fn sse(app: AppState, read: ReadRequest, client_cursor: Option<String>, slot: Option<LiveSlot>) -> ApiResult {
     let (meta, events) = app.service.sse(read, client_cursor).await?;
-    let mut resp =
-        Body::from_stream(futures::StreamExt::map(events, Ok::<_, std::convert::Infallible>)).into_response();
+    // The body owns the live-reader slot: it is released when the stream ends
+    // or the client goes away.
+    let events = futures::StreamExt::map(events, move |event| {
+        let _held = &slot;
+        Ok::<_, std::convert::Infallible>(event)
+    });
+    let mut resp = Body::from_stream(events).into_response();
     let headers = resp.headers_mut();
     set(headers, "content-type", "text/event-stream");
     set(headers, "cache-control", "no-cache");

@@ -5,18 +5,22 @@
 
 mod access;
 mod classify;
+mod conn_guard;
 mod cors;
 pub mod error;
 mod handlers;
 pub mod headers;
 mod health;
 mod layers;
+mod live;
 mod metrics;
 mod processors;
 mod request;
 mod reserved;
+pub mod serve;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::routing::any;
 use axum::Router;
@@ -27,17 +31,24 @@ pub use cors::Cors;
 pub use error::ApiError;
 pub use metrics::{Exchange, Metrics};
 pub use processors::PROCESSORS_PATH;
+pub use serve::{serve, serve_connection, serve_with, ConnLimits, Handshake, PlainTcp, Protocol};
 
 /// Limits the HTTP layer enforces before the service sees a request.
 #[derive(Debug, Clone)]
 pub struct HttpConfig {
     /// Largest accepted request body; larger ones get `413`.
     pub max_body_bytes: usize,
+    /// Most live readers (long-poll and SSE requests) served at once; more
+    /// get `503` with `Retry-After`.
+    pub max_live_readers: usize,
+    /// Longest silence while a request body arrives; then `408` and the
+    /// connection is closed.
+    pub body_read_timeout: Duration,
 }
 
 impl Default for HttpConfig {
     fn default() -> Self {
-        Self { max_body_bytes: 16 * 1024 * 1024 }
+        Self { max_body_bytes: 16 * 1024 * 1024, max_live_readers: 10_000, body_read_timeout: Duration::from_secs(30) }
     }
 }
 
@@ -49,6 +60,7 @@ pub(crate) struct AppState {
     pub scheme: &'static str,
     /// The subscription engine (`None`: the `__ds` control APIs answer 501).
     pub subscriptions: Option<ds_subscriptions::Subscriptions>,
+    pub live: live::LiveReaders,
 }
 
 /// How the router is operated: access control, CORS, metrics, and the
@@ -85,11 +97,13 @@ pub fn router(service: StreamService, cfg: HttpConfig) -> Router {
 /// a `401`), access control, the routes.
 pub fn router_with(service: StreamService, cfg: HttpConfig, ops: Operations) -> Router {
     let health = Arc::new(health::Health::new(ops.store_name, service.substrate().store.clone()));
+    let live = live::LiveReaders::new(cfg.max_live_readers);
     let state = AppState {
         service,
         cfg: Arc::new(cfg),
         scheme: if ops.https { "https" } else { "http" },
         subscriptions: ops.subscriptions.clone(),
+        live,
     };
     let mut router = Router::new()
         .route("/v1/stream/{*path}", any(handlers::stream))

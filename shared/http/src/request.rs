@@ -1,9 +1,11 @@
 //! Turning raw requests into service requests: the stream path, the query,
 //! the body (with the size limit).
 
+use std::time::Duration;
+
 use axum::body::Body;
 use axum::http::Uri;
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use ds_core::LiveMode;
 use ds_protocol::ReadOffset;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
@@ -73,12 +75,38 @@ pub fn read_query(uri: &Uri) -> Result<ReadQuery, ApiError> {
     Ok(q)
 }
 
-/// Read the whole body, refusing more than `limit` bytes with 413.
-pub async fn body(body: Body, limit: usize) -> Result<Bytes, ApiError> {
-    match Limited::new(body, limit).collect().await {
-        Ok(collected) => Ok(collected.to_bytes()),
-        Err(e) if e.is::<LengthLimitError>() => Err(ApiError::payload_too_large(limit)),
-        Err(e) => Err(ApiError::bad_request(format!("could not read the request body: {e}"))),
+/// Read the whole body, refusing more than `limit` bytes with 413, and a body
+/// that stalls for longer than `idle` between two pieces with 408.
+pub async fn body(body: Body, limit: usize, idle: Duration) -> Result<Bytes, ApiError> {
+    let mut body = Limited::new(body, limit);
+    let mut first: Option<Bytes> = None;
+    let mut rest = BytesMut::new();
+    loop {
+        let frame = match tokio::time::timeout(idle, body.frame()).await {
+            Err(_) => return Err(ApiError::body_timeout(idle)),
+            Ok(None) => break,
+            Ok(Some(frame)) => frame.map_err(|e| body_error(&*e, limit))?,
+        };
+        let Ok(data) = frame.into_data() else { continue };
+        // One piece (the common case) is returned as is, without a copy.
+        match &first {
+            None => first = Some(data),
+            Some(f) => {
+                if rest.is_empty() {
+                    rest.extend_from_slice(f);
+                }
+                rest.extend_from_slice(&data);
+            }
+        }
+    }
+    Ok(if rest.is_empty() { first.unwrap_or_default() } else { rest.freeze() })
+}
+
+fn body_error(e: &(dyn std::error::Error + 'static), limit: usize) -> ApiError {
+    if e.is::<LengthLimitError>() {
+        ApiError::payload_too_large(limit)
+    } else {
+        ApiError::bad_request(format!("could not read the request body: {e}"))
     }
 }
 
@@ -105,9 +133,23 @@ mod tests {
 
     #[tokio::test]
     async fn bodies_over_the_limit_are_413_and_others_are_read_whole() {
-        let ok = body(Body::from("12345"), 5).await.unwrap();
+        let idle = Duration::from_secs(5);
+        let ok = body(Body::from("12345"), 5, idle).await.unwrap();
         assert_eq!(ok, Bytes::from_static(b"12345"));
-        let err = body(Body::from("123456"), 5).await.expect_err("over the limit");
+        let err = body(Body::from("123456"), 5, idle).await.expect_err("over the limit");
         assert_eq!(err.status, axum::http::StatusCode::PAYLOAD_TOO_LARGE);
+        let pieces =
+            ["", "ab", "", "cd", "e"].map(|p| Ok::<_, std::convert::Infallible>(Bytes::from_static(p.as_bytes())));
+        let whole = body(Body::from_stream(futures::stream::iter(pieces)), 5, idle).await.unwrap();
+        assert_eq!(whole, Bytes::from_static(b"abcde"), "pieces joined in order");
+    }
+
+    #[tokio::test]
+    async fn a_body_that_stops_arriving_is_408() {
+        let first = futures::stream::iter([Ok::<_, std::convert::Infallible>(Bytes::from_static(b"ab"))]);
+        let stalled = Body::from_stream(futures::StreamExt::chain(first, futures::stream::pending()));
+        let err = body(stalled, 100, Duration::from_millis(50)).await.expect_err("stalled");
+        assert_eq!(err.status, axum::http::StatusCode::REQUEST_TIMEOUT);
+        assert!(err.headers.iter().any(|(n, v)| *n == "connection" && v == "close"), "408 closes the connection");
     }
 }

@@ -31,7 +31,8 @@ fn app(cfg: ServiceConfig, max_body_bytes: usize) -> App {
     let (sub, _due) = ds_store_memory::memory_substrate();
     let clock = Arc::new(ManualClock(AtomicI64::new(1_800_000_000_000)));
     let service = StreamService::new(sub, cfg).with_clock(clock.clone());
-    let router = ds_http::router(service.clone(), ds_http::HttpConfig { max_body_bytes });
+    let router =
+        ds_http::router(service.clone(), ds_http::HttpConfig { max_body_bytes, ..ds_http::HttpConfig::default() });
     App { router, service, clock }
 }
 

@@ -28,17 +28,40 @@ pub fn frame_messages(body: &[u8], empty: EmptyArray) -> Result<Bytes, ProtocolE
     let raw = value.get();
     let mut out = BytesMut::with_capacity(raw.len() + 1);
     if raw.starts_with('[') {
-        let items: Vec<&RawValue> = serde_json::from_str(raw).map_err(|e| ProtocolError::InvalidJson(e.to_string()))?;
-        if items.is_empty() && empty == EmptyArray::Reject {
+        // Element by element: collecting the elements first would cost 16
+        // bytes per element (128 MiB for a 16 MiB body of `0,0,0,...`).
+        let mut de = serde_json::Deserializer::from_str(raw);
+        let count = serde::Deserializer::deserialize_seq(&mut de, Flatten { out: &mut out })
+            .map_err(|e| ProtocolError::InvalidJson(e.to_string()))?;
+        if count == 0 && empty == EmptyArray::Reject {
             return Err(ProtocolError::EmptyJsonArray);
-        }
-        for item in items {
-            push_minified(&mut out, item.get());
         }
     } else {
         push_minified(&mut out, raw);
     }
     Ok(out.freeze())
+}
+
+/// Frames each element of a JSON array as it is parsed; counts them.
+struct Flatten<'a> {
+    out: &'a mut BytesMut,
+}
+
+impl<'de> serde::de::Visitor<'de> for Flatten<'_> {
+    type Value = usize;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON array")
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<usize, A::Error> {
+        let mut count = 0;
+        while let Some(item) = seq.next_element::<&'de RawValue>()? {
+            push_minified(self.out, item.get());
+            count += 1;
+        }
+        Ok(count)
+    }
 }
 
 /// Append `raw` (valid JSON) without insignificant whitespace, then `\n`.
@@ -128,6 +151,15 @@ mod tests {
         assert_eq!(stored("[[1,2], [3,4]]"), "[1,2]\n[3,4]\n");
         assert_eq!(stored("[[[1,2,3]]]"), "[[1,2,3]]\n");
         assert_eq!(stored(r#" "a b\n" "#), "\"a b\\n\"\n");
+    }
+
+    #[test]
+    fn flattens_large_arrays_element_by_element() {
+        let body = format!("[{}]", vec!["[]"; 100_000].join(","));
+        let framed = frame_messages(body.as_bytes(), EmptyArray::Reject).unwrap();
+        assert_eq!(message_count(&framed), 100_000);
+        assert_eq!(&framed[..6], b"[]\n[]\n");
+        assert_eq!(stored("[ 1 , [ 2 ] , { \"a\" : [ ] } ]"), "1\n[2]\n{\"a\":[]}\n");
     }
 
     #[test]

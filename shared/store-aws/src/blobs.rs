@@ -32,21 +32,55 @@ impl Blobs {
     /// Store `data` under the fresh `key`. Fails with
     /// [`AwsError::AlreadyExists`] rather than overwrite: every key is meant
     /// to be written exactly once.
+    ///
+    /// A PUT whose answer was lost (a 500 or a reset after S3 stored the
+    /// object) is retried by the SDK, and the retry finds the object there:
+    /// if it holds exactly `data`, that is this put, and it succeeded.
     #[tracing::instrument(level = "debug", skip(self, data), fields(len = data.len()))]
     pub async fn put_new(&self, key: &str, data: Bytes) -> Result<(), AwsError> {
         #[cfg(feature = "fault-injection")]
         self.injected(FaultPoint::S3Put)?;
-        self.s3
+        let put = self
+            .s3
             .put_object()
             .bucket(&self.bucket)
             .key(key)
             .if_none_match("*")
             .content_length(i64::try_from(data.len()).unwrap_or(i64::MAX))
-            .body(ByteStream::from(data))
+            .body(ByteStream::from(data.clone()))
             .send()
             .await
-            .map_err(classify)?;
-        Ok(())
+            .map_err(classify);
+        match put {
+            Ok(_) => Ok(()),
+            Err(AwsError::AlreadyExists) => self.confirm_own_put(key, &data).await,
+            Err(e) => Err(e),
+        }
+    }
+
+    /// After `If-None-Match` found `key` taken: `Ok` if it holds `data` (an
+    /// earlier attempt of the same put landed), else `AlreadyExists`.
+    async fn confirm_own_put(&self, key: &str, data: &Bytes) -> Result<(), AwsError> {
+        let stored =
+            match self.s3.get_object().bucket(&self.bucket).key(key).send().await {
+                Ok(out) => out.body.collect().await.map(|b| b.into_bytes()).map_err(|e| {
+                    AwsError::Ambiguous(format!("reading back {key} after its put found it taken: {e}"))
+                })?,
+                // Taken by a write still in progress, or unreadable now: the
+                // outcome is unknown, and retryable.
+                Err(e) => {
+                    return Err(AwsError::Ambiguous(format!(
+                        "reading back {key} after its put found it taken: {}",
+                        classify(e)
+                    )))
+                }
+            };
+        if stored == *data {
+            debug!(key, "put found its own earlier attempt stored (lost answer); done");
+            Ok(())
+        } else {
+            Err(AwsError::AlreadyExists)
+        }
     }
 
     /// Bytes `[offset, offset + len)` of the object at `key`.

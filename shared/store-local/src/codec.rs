@@ -1,26 +1,96 @@
-//! On-disk encoding of meta records: one format byte, then JSON.
+//! On-disk encoding of records, each with a CRC-32 so a damaged record is
+//! detected on read and reported ([`StoreError::Backend`]), never served.
+//! redb checksums its pages only when it repairs a file, not on reads.
 //!
-//! The format byte lets a later version change the encoding without guessing;
-//! anything unreadable is reported as [`StoreError::Backend`], never a panic.
+//! - meta: one format byte, then (format 2) the CRC-32 of the JSON, then the
+//!   JSON. Format 1 (JSON without a checksum) is still read.
+//! - chunks: `(crc32, bytes)`; producers: `(epoch, last_seq, crc32)`;
+//!   records: `(revision, crc32 of revision and value, value)`.
 
-use ds_core::{StoreError, StreamMeta};
+use ds_core::{ProducerState, StoreError, StreamMeta};
 
 const FORMAT_JSON_V1: u8 = 1;
+const FORMAT_JSON_CRC32: u8 = 2;
 
 pub(crate) fn encode_meta(meta: &StreamMeta) -> Result<Vec<u8>, StoreError> {
-    let mut out = vec![FORMAT_JSON_V1];
+    let mut out = vec![FORMAT_JSON_CRC32, 0, 0, 0, 0];
     serde_json::to_writer(&mut out, meta)
         .map_err(|e| StoreError::Backend(format!("encoding meta of {}: {e}", meta.path)))?;
+    let sum = crc32fast::hash(&out[5..]);
+    out[1..5].copy_from_slice(&sum.to_le_bytes());
     Ok(out)
 }
 
 pub(crate) fn decode_meta(path: &str, bytes: &[u8]) -> Result<StreamMeta, StoreError> {
-    match bytes.split_first() {
-        Some((&FORMAT_JSON_V1, json)) => serde_json::from_slice(json)
-            .map_err(|e| StoreError::Backend(format!("corrupt meta record for {path}: {e}"))),
-        Some((format, _)) => Err(StoreError::Backend(format!("meta record for {path} has unknown format {format}"))),
-        None => Err(StoreError::Backend(format!("empty meta record for {path}"))),
+    let json = match bytes.split_first() {
+        Some((&FORMAT_JSON_CRC32, rest)) if rest.len() >= 4 => {
+            let (sum, json) = rest.split_at(4);
+            if crc32fast::hash(json).to_le_bytes() != sum {
+                return Err(corrupt(format!("meta record for {path}")));
+            }
+            json
+        }
+        Some((&FORMAT_JSON_V1, json)) => json,
+        Some((format, _)) => {
+            return Err(StoreError::Backend(format!("meta record for {path} has unknown format {format}")))
+        }
+        None => return Err(StoreError::Backend(format!("empty meta record for {path}"))),
+    };
+    serde_json::from_slice(json).map_err(|e| StoreError::Backend(format!("corrupt meta record for {path}: {e}")))
+}
+
+fn corrupt(what: String) -> StoreError {
+    tracing::error!(record = %what, "local store: checksum mismatch (corrupt record); not served");
+    StoreError::Backend(format!("corrupt {what}: checksum mismatch"))
+}
+
+/// The checksum stored with a chunk's bytes.
+pub(crate) fn chunk_sum(data: &[u8]) -> u32 {
+    crc32fast::hash(data)
+}
+
+/// Check a stored chunk against its checksum.
+pub(crate) fn check_chunk(path: &str, start: u64, sum: u32, data: &[u8]) -> Result<(), StoreError> {
+    if crc32fast::hash(data) == sum {
+        Ok(())
+    } else {
+        Err(corrupt(format!("chunk of {path} at {start}")))
     }
+}
+
+fn producer_sum(epoch: u64, last_seq: u64) -> u32 {
+    let mut h = crc32fast::Hasher::new();
+    h.update(&epoch.to_le_bytes());
+    h.update(&last_seq.to_le_bytes());
+    h.finalize()
+}
+
+/// The checksum stored with a keyed record: over its revision and value.
+pub(crate) fn record_sum(revision: u64, value: &[u8]) -> u32 {
+    let mut h = crc32fast::Hasher::new();
+    h.update(&revision.to_le_bytes());
+    h.update(value);
+    h.finalize()
+}
+
+/// Check a stored keyed record against its checksum.
+pub(crate) fn check_record(path: &str, key: &str, revision: u64, sum: u32, value: &[u8]) -> Result<(), StoreError> {
+    if record_sum(revision, value) == sum {
+        Ok(())
+    } else {
+        Err(corrupt(format!("record {key:?} of {path}")))
+    }
+}
+
+pub(crate) fn encode_producer(state: ProducerState) -> (u64, u64, u32) {
+    (state.epoch, state.last_seq, producer_sum(state.epoch, state.last_seq))
+}
+
+pub(crate) fn decode_producer(id: &str, (epoch, last_seq, sum): (u64, u64, u32)) -> Result<ProducerState, StoreError> {
+    if producer_sum(epoch, last_seq) != sum {
+        return Err(corrupt(format!("producer record {id}")));
+    }
+    Ok(ProducerState { epoch, last_seq })
 }
 
 #[cfg(test)]
@@ -42,8 +112,37 @@ mod tests {
     fn roundtrips_and_rejects_garbage() {
         let m = meta();
         assert_eq!(decode_meta("a", &encode_meta(&m).unwrap()).unwrap(), m);
-        for bad in [&b""[..], b"\x01{", b"\x02{}", b"\x01{\"path\":\"a\"}"] {
+        let legacy = [&[FORMAT_JSON_V1][..], &serde_json::to_vec(&m).unwrap()].concat();
+        assert_eq!(decode_meta("a", &legacy).unwrap(), m, "format 1 is still read");
+        for bad in [&b""[..], b"\x01{", b"\x02{}", b"\x09{}", b"\x01{\"path\":\"a\"}"] {
             assert!(matches!(decode_meta("a", bad), Err(StoreError::Backend(_))), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn every_flipped_bit_is_detected() {
+        let good = encode_meta(&meta()).unwrap();
+        for i in 0..good.len() * 8 {
+            let mut bad = good.clone();
+            bad[i / 8] ^= 1 << (i % 8);
+            assert!(decode_meta("a", &bad).is_err(), "meta bit {i}");
+        }
+        let data = b"some chunk bytes";
+        let sum = chunk_sum(data);
+        check_chunk("a", 0, sum, data).unwrap();
+        for i in 0..data.len() * 8 {
+            let mut bad = data.to_vec();
+            bad[i / 8] ^= 1 << (i % 8);
+            assert!(check_chunk("a", 0, sum, &bad).is_err(), "chunk bit {i}");
+        }
+        let state = ProducerState { epoch: 3, last_seq: 9 };
+        assert_eq!(decode_producer("p", encode_producer(state)).unwrap(), state);
+        let (e, s, sum) = encode_producer(state);
+        assert!(decode_producer("p", (e, s + 1, sum)).is_err());
+        assert!(decode_producer("p", (e ^ 4, s, sum)).is_err());
+        let sum = record_sum(7, b"value");
+        check_record("a", "k", 7, sum, b"value").unwrap();
+        assert!(check_record("a", "k", 8, sum, b"value").is_err(), "revision");
+        assert!(check_record("a", "k", 7, sum, b"valuf").is_err(), "value");
     }
 }

@@ -15,14 +15,47 @@ pub enum OpenError {
     Database(#[from] redb::Error),
     #[error("starting the writer thread: {0}")]
     Writer(std::io::Error),
+    /// The directory holds records of an earlier, unchecksummed format.
+    #[error("{0}")]
+    LegacyFormat(String),
 }
 
-/// Map any redb failure: I/O trouble may pass (`Unavailable`), everything else
-/// (corruption, a poisoned transaction, ...) will not (`Backend`).
+/// Map any redb failure: I/O trouble may pass (`Unavailable`, with the reason:
+/// a full disk is named as such), everything else (corruption, a poisoned
+/// transaction, ...) will not (`Backend`).
 pub(crate) fn storage(e: impl Into<redb::Error>) -> StoreError {
     match e.into() {
-        redb::Error::Io(io) => StoreError::Unavailable(format!("local store I/O: {io}")),
+        redb::Error::Io(io) => StoreError::Unavailable(io_reason(&io)),
+        redb::Error::PreviousIo => {
+            StoreError::Unavailable("local store: recovering from an earlier I/O error (e.g. a full disk)".into())
+        }
         other => StoreError::Backend(format!("local store: {other}")),
+    }
+}
+
+fn io_reason(io: &std::io::Error) -> String {
+    if io.kind() == std::io::ErrorKind::StorageFull {
+        format!("local store: disk full, nothing was written ({io})")
+    } else {
+        format!("local store I/O: {io}")
+    }
+}
+
+/// A failed `commit` of a write transaction. redb cannot say whether it
+/// became durable, so the outcome is unknown: never "nothing was written".
+/// I/O failures (a full disk) pass and are retryable, like any unknown
+/// outcome (idempotent producers make the retry safe).
+pub(crate) fn commit_failure(e: redb::CommitError) -> StoreError {
+    let unknown = "the outcome of this write is unknown until the store recovers; retry";
+    match redb::Error::from(e) {
+        redb::Error::Io(io) if io.kind() == std::io::ErrorKind::StorageFull => {
+            StoreError::Unavailable(format!("local store: disk full while committing ({io}); {unknown}"))
+        }
+        redb::Error::Io(io) => StoreError::Unavailable(format!("local store: commit failed ({io}); {unknown}")),
+        redb::Error::PreviousIo => {
+            StoreError::Unavailable(format!("local store: commit failed after an I/O error; {unknown}"))
+        }
+        other => StoreError::Backend(format!("local store commit failed (outcome unknown, reopen the store): {other}")),
     }
 }
 

@@ -20,7 +20,10 @@
 //! - **touch** is an in-memory overlay merged into every read (so the sliding
 //!   TTL is exact within the process), written to disk about once a second,
 //!   piggybacked on a commit batch when there is one — never an fsync per read.
-//! - Records are checked on decode; a corrupt one is `StoreError::Backend`.
+//! - Records carry a CRC-32, checked on every read; a corrupt one is
+//!   `StoreError::Backend` (never served).
+//! - A full disk answers `StoreError::Unavailable` with the reason; the file
+//!   is reopened after any I/O failure, so writes resume once space returns.
 //! - Expiry alarms are not persisted: the host re-arms them from a
 //!   `list_streams` sweep at start-up (the core enforces expiry lazily anyway).
 //!
@@ -51,6 +54,7 @@
 
 mod codec;
 mod error;
+mod handle;
 mod store;
 mod tables;
 mod touch;

@@ -17,6 +17,7 @@ use redb::{Database, ReadTransaction, ReadableDatabase};
 use tokio::sync::oneshot;
 
 use crate::error::{storage, OpenError};
+use crate::handle::DbHandle;
 use crate::tables::{self, CHUNKS, META, PRODUCERS, RECORDS};
 use crate::touch::TouchOverlay;
 use crate::writer::{self, Counters, Job, WriterStats};
@@ -32,7 +33,7 @@ pub const DB_FILE: &str = "streams.redb";
 /// Dropping the store stops the writer thread and waits for it (at most the
 /// batch in flight), so the directory can be reopened right after.
 pub struct LocalStore {
-    db: Arc<Database>,
+    db: Arc<DbHandle>,
     touches: Arc<TouchOverlay>,
     counters: Arc<Counters>,
     jobs: Option<Sender<Job>>,
@@ -43,7 +44,14 @@ impl LocalStore {
     /// Open (creating if needed) the store in `dir`.
     pub fn open(dir: &Path) -> Result<Self, OpenError> {
         std::fs::create_dir_all(dir).map_err(|source| OpenError::CreateDir { dir: dir.to_owned(), source })?;
-        let db = Database::create(dir.join(DB_FILE)).map_err(redb::Error::from)?;
+        let file = dir.join(DB_FILE);
+        let db = Database::create(&file).map_err(redb::Error::from)?;
+        if tables::has_legacy_records(&db.begin_read().map_err(redb::Error::from)?)? {
+            return Err(OpenError::LegacyFormat(format!(
+                "{} holds records of an earlier format without checksums; this version cannot read them",
+                file.display()
+            )));
+        }
         // Create the tables once so read transactions can always open them.
         let txn = db.begin_write().map_err(redb::Error::from)?;
         {
@@ -54,7 +62,7 @@ impl LocalStore {
         }
         txn.commit().map_err(redb::Error::from)?;
 
-        let db = Arc::new(db);
+        let db = Arc::new(DbHandle::new(file, db));
         let touches = Arc::new(TouchOverlay::default());
         let counters = Arc::new(Counters::default());
         let (tx, rx) = channel();
@@ -79,7 +87,7 @@ impl LocalStore {
         T: Send + 'static,
         F: FnOnce(&ReadTransaction) -> Result<T, StoreError> + Send + 'static,
     {
-        let db = Arc::clone(&self.db);
+        let db = self.db.get()?;
         tokio::task::spawn_blocking(move || read(&db.begin_read().map_err(storage)?))
             .await
             .map_err(|e| StoreError::Backend(format!("local store read task failed: {e}")))?

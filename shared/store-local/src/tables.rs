@@ -1,30 +1,56 @@
 //! The redb schema and the table operations shared by readers and the writer.
 //!
 //! - `meta`: path → encoded [`StreamMeta`] (see [`crate::codec`]).
-//! - `chunks`: (path, incarnation, start) → bytes. Tuple keys sort by path,
-//!   then incarnation, then start, so one stream incarnation's chunks are a
-//!   contiguous key range in position order.
-//! - `producers`: (path, incarnation, producer id) → (epoch, last_seq).
-//! - `records`: (path, incarnation, key) → (revision, value).
+//! - `chunks.v2`: (path, incarnation, start) → (crc32, bytes). Tuple keys
+//!   sort by path, then incarnation, then start, so one stream incarnation's
+//!   chunks are a contiguous key range in position order.
+//! - `producers.v2`: (path, incarnation, producer id) → (epoch, last_seq, crc32).
+//! - `records.v2`: (path, incarnation, key) → (revision, crc32, value).
+//!
+//! Every value is checked on read (see [`crate::codec`]). The tables of the
+//! first format (`chunks`, `producers`, `records`: no checksums) are refused
+//! on open.
 
 use std::ops::Bound;
 
 use bytes::{Bytes, BytesMut};
 use ds_core::fold::{MetaEffect, NetWrites, StateView};
 use ds_core::{Chunk, ProducerState, Record, StoreError, StreamMeta};
-use redb::{ReadableTable, Table, TableDefinition, WriteTransaction};
+use redb::{ReadableTable, ReadableTableMetadata, Table, TableDefinition, WriteTransaction};
 
-use crate::codec::{decode_meta, encode_meta};
+use crate::codec::{self, decode_meta, encode_meta};
 use crate::error::storage;
 
 pub(crate) type ChunkKey = (&'static str, &'static str, u64);
+pub(crate) type ChunkValue = (u32, &'static [u8]);
 pub(crate) type ProducerKey = (&'static str, &'static str, &'static str);
+pub(crate) type ProducerValue = (u64, u64, u32);
 pub(crate) type RecordKey = (&'static str, &'static str, &'static str);
+pub(crate) type RecordValue = (u64, u32, &'static [u8]);
 
 pub(crate) const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
-pub(crate) const CHUNKS: TableDefinition<ChunkKey, &[u8]> = TableDefinition::new("chunks");
-pub(crate) const PRODUCERS: TableDefinition<ProducerKey, (u64, u64)> = TableDefinition::new("producers");
-pub(crate) const RECORDS: TableDefinition<RecordKey, (u64, &[u8])> = TableDefinition::new("records");
+pub(crate) const CHUNKS: TableDefinition<ChunkKey, ChunkValue> = TableDefinition::new("chunks.v2");
+pub(crate) const PRODUCERS: TableDefinition<ProducerKey, ProducerValue> = TableDefinition::new("producers.v2");
+pub(crate) const RECORDS: TableDefinition<RecordKey, RecordValue> = TableDefinition::new("records.v2");
+/// The first format's tables, without checksums.
+const LEGACY_CHUNKS: TableDefinition<ChunkKey, &[u8]> = TableDefinition::new("chunks");
+const LEGACY_PRODUCERS: TableDefinition<ProducerKey, (u64, u64)> = TableDefinition::new("producers");
+const LEGACY_RECORDS: TableDefinition<RecordKey, (u64, &[u8])> = TableDefinition::new("records");
+
+/// Whether the database holds records in the first format's tables.
+pub(crate) fn has_legacy_records(txn: &redb::ReadTransaction) -> Result<bool, redb::Error> {
+    fn rows<K: redb::Key + 'static, V: redb::Value + 'static>(
+        txn: &redb::ReadTransaction,
+        table: TableDefinition<K, V>,
+    ) -> Result<u64, redb::Error> {
+        match txn.open_table(table) {
+            Ok(t) => Ok(t.len()?),
+            Err(redb::TableError::TableDoesNotExist(_)) => Ok(0),
+            Err(e) => Err(e.into()),
+        }
+    }
+    Ok(rows(txn, LEGACY_CHUNKS)? + rows(txn, LEGACY_PRODUCERS)? + rows(txn, LEGACY_RECORDS)? > 0)
+}
 
 pub(crate) fn get_meta(
     table: &impl ReadableTable<&'static str, &'static [u8]>,
@@ -38,7 +64,7 @@ pub(crate) fn get_meta(
 
 /// Start and length of the stored chunk containing `pos`, if any.
 fn chunk_containing(
-    table: &impl ReadableTable<ChunkKey, &'static [u8]>,
+    table: &impl ReadableTable<ChunkKey, ChunkValue>,
     path: &str,
     incarnation: &str,
     pos: u64,
@@ -47,7 +73,7 @@ fn chunk_containing(
     match before.next_back() {
         Some(entry) => {
             let (key, value) = entry.map_err(storage)?;
-            let (start, len) = (key.value().2, value.value().len() as u64);
+            let (start, len) = (key.value().2, value.value().1.len() as u64);
             Ok((start + len > pos).then_some((start, len)))
         }
         None => Ok(None),
@@ -56,7 +82,7 @@ fn chunk_containing(
 
 /// [`ds_core::StreamStore::read_chunks`] over any (read or write) table.
 pub(crate) fn read_chunks(
-    table: &impl ReadableTable<ChunkKey, &'static [u8]>,
+    table: &impl ReadableTable<ChunkKey, ChunkValue>,
     path: &str,
     incarnation: &str,
     from: u64,
@@ -78,7 +104,8 @@ pub(crate) fn read_chunks(
             break;
         }
         let (key, value) = entry.map_err(storage)?;
-        let bytes = value.value();
+        let (sum, bytes) = value.value();
+        codec::check_chunk(path, key.value().2, sum, bytes)?;
         if buf.capacity() - buf.len() < bytes.len() {
             buf.reserve(bytes.len().max(max_bytes.min(1 << 20).saturating_sub(buf.len())));
         }
@@ -90,29 +117,29 @@ pub(crate) fn read_chunks(
 }
 
 pub(crate) fn get_producer(
-    table: &impl ReadableTable<ProducerKey, (u64, u64)>,
+    table: &impl ReadableTable<ProducerKey, ProducerValue>,
     path: &str,
     incarnation: &str,
     producer_id: &str,
 ) -> Result<Option<ProducerState>, StoreError> {
     let found = table.get((path, incarnation, producer_id)).map_err(storage)?;
-    Ok(found.map(|v| {
-        let (epoch, last_seq) = v.value();
-        ProducerState { epoch, last_seq }
-    }))
+    found.map(|v| codec::decode_producer(producer_id, v.value())).transpose()
 }
 
 pub(crate) fn get_record(
-    table: &impl ReadableTable<RecordKey, (u64, &'static [u8])>,
+    table: &impl ReadableTable<RecordKey, RecordValue>,
     path: &str,
     incarnation: &str,
     key: &str,
 ) -> Result<Option<Record>, StoreError> {
     let found = table.get((path, incarnation, key)).map_err(storage)?;
-    Ok(found.map(|v| {
-        let (revision, value) = v.value();
-        Record { revision, value: Bytes::copy_from_slice(value) }
-    }))
+    found
+        .map(|v| {
+            let (revision, sum, value) = v.value();
+            codec::check_record(path, key, revision, sum, value)?;
+            Ok(Record { revision, value: Bytes::copy_from_slice(value) })
+        })
+        .transpose()
 }
 
 /// Metas in path order strictly after `after`, at most `limit`.
@@ -181,9 +208,9 @@ fn keys_of<V: redb::Value + 'static>(
 /// the writes of earlier commits of the same batch.
 pub(crate) struct WriteTables<'txn> {
     meta: Table<'txn, &'static str, &'static [u8]>,
-    chunks: Table<'txn, ChunkKey, &'static [u8]>,
-    producers: Table<'txn, ProducerKey, (u64, u64)>,
-    records: Table<'txn, RecordKey, (u64, &'static [u8])>,
+    chunks: Table<'txn, ChunkKey, ChunkValue>,
+    producers: Table<'txn, ProducerKey, ProducerValue>,
+    records: Table<'txn, RecordKey, RecordValue>,
 }
 
 impl<'txn> WriteTables<'txn> {
@@ -216,15 +243,16 @@ impl<'txn> WriteTables<'txn> {
         }
         for c in &writes.chunks {
             let key = (c.path.as_str(), c.incarnation.as_str(), c.start);
-            self.chunks.insert(key, c.data.as_ref()).map_err(storage)?;
+            self.chunks.insert(key, (codec::chunk_sum(&c.data), c.data.as_ref())).map_err(storage)?;
         }
         for p in &writes.producers {
             let key = (p.path.as_str(), p.incarnation.as_str(), p.producer_id.as_str());
-            self.producers.insert(key, (p.state.epoch, p.state.last_seq)).map_err(storage)?;
+            self.producers.insert(key, codec::encode_producer(p.state)).map_err(storage)?;
         }
         for r in &writes.records {
             let key = (r.path.as_str(), r.incarnation.as_str(), r.key.as_str());
-            self.records.insert(key, (r.record.revision, r.record.value.as_ref())).map_err(storage)?;
+            let (revision, value) = (r.record.revision, r.record.value.as_ref());
+            self.records.insert(key, (revision, codec::record_sum(revision, value), value)).map_err(storage)?;
         }
         Ok(())
     }

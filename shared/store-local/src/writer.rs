@@ -15,7 +15,8 @@
 //! So while one batch syncs, the next one accumulates: with N concurrent
 //! writers a sync is shared by up to N commits. If applying or syncing fails,
 //! the whole transaction is dropped and every commit of the batch gets the
-//! error (nothing of the batch is acknowledged as written).
+//! error (nothing of the batch is acknowledged as written). After an I/O
+//! failure the database is reopened (see [`crate::handle`]).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
@@ -27,7 +28,8 @@ use ds_core::StoreError;
 use redb::{Database, Durability};
 use tokio::sync::oneshot;
 
-use crate::error::{replicate, storage};
+use crate::error::{commit_failure, replicate, storage};
+use crate::handle::DbHandle;
 use crate::tables::WriteTables;
 use crate::touch::{Touch, TouchOverlay};
 
@@ -72,7 +74,7 @@ pub(crate) struct Job {
 
 /// The writer thread body: runs until every sender is gone, then flushes the
 /// pending touches and returns (dropping its handle on the database).
-pub(crate) fn run(db: Arc<Database>, jobs: Receiver<Job>, touches: Arc<TouchOverlay>, counters: Arc<Counters>) {
+pub(crate) fn run(db: Arc<DbHandle>, jobs: Receiver<Job>, touches: Arc<TouchOverlay>, counters: Arc<Counters>) {
     let mut last_flush = Instant::now();
     loop {
         let first = match jobs.recv_timeout(FLUSH_EVERY) {
@@ -117,7 +119,7 @@ pub(crate) fn run(db: Arc<Database>, jobs: Receiver<Job>, touches: Arc<TouchOver
 /// Run `commits` (and, if given, the pending touches) in one durable
 /// transaction. Returns one outcome per commit, in order.
 fn write_batch(
-    db: &Database,
+    db: &DbHandle,
     commits: Vec<&NetWrites>,
     touches: Option<&TouchOverlay>,
     counters: &Counters,
@@ -127,7 +129,7 @@ fn write_batch(
     if !commits.is_empty() {
         metrics::histogram!("ds_store_commit_batch_size").record(commits.len() as f64);
     }
-    match try_write_batch(db, &commits, &flushed) {
+    match db.get_or_reopen().and_then(|open| try_write_batch(&open, &commits, &flushed)) {
         Ok((outcomes, synced)) => {
             if synced {
                 counters.syncs.fetch_add(1, Ordering::Relaxed);
@@ -139,6 +141,11 @@ fn write_batch(
         }
         Err(e) => {
             tracing::error!(error = %e, commits = commits.len(), "local store batch failed");
+            // I/O failures (the only `Unavailable` here) leave redb refusing
+            // all work until the file is reopened.
+            if matches!(e, StoreError::Unavailable(_)) {
+                db.recover();
+            }
             commits.iter().map(|_| Err(replicate(&e))).collect()
         }
     }
@@ -175,11 +182,7 @@ fn try_write_batch(
         let started = Instant::now();
         let committed = txn.commit();
         metrics::histogram!("ds_store_fsync_seconds").record(started.elapsed().as_secs_f64());
-        committed.map_err(|e| {
-            // redb: a failed commit may or may not have become durable, so the
-            // outcome is unknown: never report it as "nothing was written".
-            StoreError::Backend(format!("local store commit failed (outcome unknown, reopen the store): {e}"))
-        })?;
+        committed.map_err(commit_failure)?;
     } else {
         txn.abort().map_err(storage)?;
     }

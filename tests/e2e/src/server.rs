@@ -35,13 +35,24 @@ fn locate_or_build() -> anyhow::Result<PathBuf> {
     let root = workspace_root();
     let target = target_dir(&root);
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let out = Command::new(cargo)
-        .args(["build", "-p", "durable-streams"])
-        .current_dir(&root)
-        .env("CARGO_TARGET_DIR", &target)
-        .stdin(Stdio::null())
-        .output()
-        .context("running cargo build -p durable-streams")?;
+    let mut build = Command::new(cargo);
+    build.args(["build", "-p", "durable-streams"]).current_dir(&root).env("CARGO_TARGET_DIR", &target);
+    // `cargo test` gives this process the test package's CARGO_PKG_NAME,
+    // CARGO_MANIFEST_DIR, ...; build scripts that watch those (ring's does)
+    // would be re-run, and everything above them rebuilt, whenever a test of
+    // another package built the server. Build as from a plain shell.
+    for (name, _) in std::env::vars_os() {
+        let name = name.to_string_lossy();
+        let set_by_cargo_test = ["CARGO_PKG_", "CARGO_MANIFEST_", "CARGO_CRATE_", "CARGO_BIN_", "CARGO_PRIMARY_"]
+            .iter()
+            .any(|p| name.starts_with(p))
+            || name == "CARGO_TARGET_TMPDIR"
+            || name == "OUT_DIR";
+        if set_by_cargo_test {
+            build.env_remove(name.as_ref());
+        }
+    }
+    let out = build.stdin(Stdio::null()).output().context("running cargo build -p durable-streams")?;
     if !out.status.success() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         bail!("cargo build -p durable-streams failed ({}):\n{}", out.status, tail(&stderr, 6000));
@@ -77,6 +88,18 @@ fn tail(s: &str, max: usize) -> &str {
 pub enum Store {
     Local,
     Memory,
+    /// DynamoDB/S3/Scheduler, configured by [`ServerOpts::env`] (`AWS_*`, `DS_AWS_*`).
+    Aws,
+}
+
+impl Store {
+    fn flag(self) -> &'static str {
+        match self {
+            Store::Local => "local",
+            Store::Memory => "memory",
+            Store::Aws => "aws",
+        }
+    }
 }
 
 /// How to start a server.
@@ -87,11 +110,13 @@ pub struct ServerOpts {
     pub data_dir: Option<PathBuf>,
     pub max_body_bytes: Option<usize>,
     pub long_poll_timeout: &'static str,
-    /// More `serve` flags (access control, TLS, …).
+    /// More `serve` flags (access control, TLS, limits, …).
     pub extra_args: Vec<String>,
     /// The CA that signed the server's `--tls-cert`: the server is reached
     /// over `https://` with a client trusting it.
     pub ca_pem: Option<String>,
+    /// Environment variables set for the process.
+    pub env: Vec<(String, String)>,
 }
 
 impl Default for ServerOpts {
@@ -103,6 +128,7 @@ impl Default for ServerOpts {
             long_poll_timeout: "500ms",
             extra_args: Vec::new(),
             ca_pem: None,
+            env: Vec::new(),
         }
     }
 }
@@ -148,14 +174,14 @@ impl Server {
             let mut cmd = Command::new(&bin);
             cmd.arg("serve")
                 .args(["--bind", &format!("127.0.0.1:{port}")])
-                .args(["--store", if opts.store == Store::Local { "local" } else { "memory" }])
+                .args(["--store", opts.store.flag()])
                 .arg("--data-dir")
                 .arg(&data_dir)
                 .args(["--long-poll-timeout", opts.long_poll_timeout]);
             if let Some(max) = opts.max_body_bytes {
                 cmd.args(["--max-body-bytes", &max.to_string()]);
             }
-            cmd.args(&opts.extra_args);
+            cmd.args(&opts.extra_args).envs(opts.env.iter().map(|(k, v)| (k, v)));
             cmd.stdin(Stdio::null()).stdout(log.try_clone()?).stderr(log);
             let child = cmd.spawn().with_context(|| format!("spawning {}", bin.display()))?;
             let addr = SocketAddr::from(([127, 0, 0, 1], port));
@@ -253,8 +279,12 @@ impl Server {
 
     /// The last few KB of the server's stdout/stderr.
     pub fn log_tail(&self) -> String {
-        let log = std::fs::read(&self.log_path).unwrap_or_default();
-        tail(&String::from_utf8_lossy(&log), 4000).to_owned()
+        tail(&self.log(), 4000).to_owned()
+    }
+
+    /// The server's whole stdout/stderr so far.
+    pub fn log(&self) -> String {
+        String::from_utf8_lossy(&std::fs::read(&self.log_path).unwrap_or_default()).into_owned()
     }
 
     /// Panic unless the process still runs and `/health` answers 200: a

@@ -1,0 +1,249 @@
+//! The server loop: accept, hand each connection to its own task (the TLS
+//! handshake, if any, runs there under the header-read timeout), serve it
+//! with hyper under [`ConnLimits`], shut down gracefully.
+//!
+//! `axum::serve` sets no timer, so a connection that sends half a request
+//! head, or nothing at all, or never reads its response, is held forever.
+//! Here every connection's socket is guarded (see [`crate::conn_guard`]): a
+//! read or write that waits past the deadline of the connection's phase
+//! fails and hyper drops the connection. A request's body has its own
+//! inactivity limit in the handlers ([`crate::HttpConfig`]).
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::io;
+use std::pin::{pin, Pin};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::Request;
+use axum::Router;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+use tower::ServiceExt;
+
+use crate::conn_guard::{Busy, Guarded, Phase, TrackedBody};
+
+/// Per-connection limits of the server.
+#[derive(Debug, Clone)]
+pub struct ConnLimits {
+    /// From accept (or from the first byte of a later HTTP/1.1 request)
+    /// until the request head is complete, TLS handshake included; slower
+    /// connections are closed.
+    pub header_read_timeout: Duration,
+    /// A keep-alive connection with no request in progress is closed after this.
+    pub idle_timeout: Duration,
+    /// Largest request head (request line and headers); larger ones get `431`.
+    /// hyper also caps an HTTP/1.1 head at 100 header lines (`431` beyond).
+    pub max_header_bytes: usize,
+    /// A response write that makes no progress for this long (the client
+    /// stopped reading) closes the connection.
+    pub send_timeout: Duration,
+}
+
+impl Default for ConnLimits {
+    fn default() -> Self {
+        Self {
+            header_read_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(60),
+            max_header_bytes: 64 * 1024,
+            send_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// The HTTP version a connection speaks, as settled by its handshake.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    Http1,
+    /// Chosen through TLS ALPN (`h2`).
+    Http2,
+}
+
+/// Turns an accepted TCP connection into the byte stream HTTP is served on:
+/// as is ([`PlainTcp`]), or after a TLS handshake (the server binary's).
+pub trait Handshake: Send + Sync + 'static {
+    type Io: AsyncRead + AsyncWrite + Unpin + Send + 'static;
+    fn handshake(&self, tcp: TcpStream) -> impl Future<Output = io::Result<(Self::Io, Protocol)>> + Send;
+}
+
+/// Plain HTTP/1.1 over TCP.
+pub struct PlainTcp;
+
+impl Handshake for PlainTcp {
+    type Io = TcpStream;
+    async fn handshake(&self, tcp: TcpStream) -> io::Result<(TcpStream, Protocol)> {
+        Ok((tcp, Protocol::Http1))
+    }
+}
+
+/// How long connections get to finish after shutdown begins; the rest are dropped.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
+
+/// hyper refuses a read buffer smaller than this (it panics).
+const HYPER_MIN_BUF: usize = 8192;
+
+/// Plain HTTP/1.1: [`serve_with`] and [`PlainTcp`].
+pub async fn serve(listener: TcpListener, app: Router, limits: ConnLimits, shutdown: impl Future<Output = ()>) {
+    serve_with(listener, app, limits, PlainTcp, shutdown).await;
+}
+
+/// Accept connections on `listener` and serve `app` on each until `shutdown`
+/// completes; then stop accepting, let every connection finish its request
+/// in progress (hyper's graceful shutdown), and return when all are closed
+/// or [`SHUTDOWN_GRACE`] has passed.
+pub async fn serve_with<H: Handshake>(
+    listener: TcpListener,
+    app: Router,
+    limits: ConnLimits,
+    handshake: H,
+    shutdown: impl Future<Output = ()>,
+) {
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let limits = Arc::new(limits);
+    let handshake = Arc::new(handshake);
+    let mut shutdown = pin!(shutdown);
+    loop {
+        let tcp = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((tcp, _peer)) => tcp,
+                Err(e) => {
+                    accept_error(e).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        // Small writes (SSE events) must not wait for the peer's delayed ACK.
+        let _ = tcp.set_nodelay(true);
+        let (app, limits, handshake, stop) =
+            (app.clone(), Arc::clone(&limits), Arc::clone(&handshake), stop_rx.clone());
+        tokio::spawn(async move {
+            match tokio::time::timeout(limits.header_read_timeout, handshake.handshake(tcp)).await {
+                Ok(Ok((io, protocol))) => run_connection(io, protocol, app, limits, Some(stop)).await,
+                Ok(Err(e)) => tracing::debug!(error = %e, "handshake failed"),
+                Err(_) => tracing::debug!("handshake timed out"),
+            }
+        });
+    }
+    drop(listener);
+    drop(stop_rx);
+    stop_tx.send_replace(true);
+    // Resolves once every connection task has dropped its receiver.
+    if tokio::time::timeout(SHUTDOWN_GRACE, stop_tx.closed()).await.is_err() {
+        tracing::warn!(grace = ?SHUTDOWN_GRACE, "connections still open after the shutdown grace; dropping them");
+    }
+}
+
+/// Serve one HTTP/1.1 connection (any byte stream: TCP, an in-memory pipe)
+/// until it closes. Tests use this to drive the real parser in-process.
+pub async fn serve_connection<IO>(io: IO, app: Router, limits: Arc<ConnLimits>)
+where
+    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    run_connection(io, Protocol::Http1, app, limits, None).await;
+}
+
+async fn run_connection<IO>(
+    io: IO,
+    protocol: Protocol,
+    app: Router,
+    limits: Arc<ConnLimits>,
+    stop: Option<watch::Receiver<bool>>,
+) where
+    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let phase = Arc::new(Phase::new(protocol == Protocol::Http2));
+    let io = TokioIo::new(Guarded::new(io, Arc::clone(&phase), Arc::clone(&limits)));
+    let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+        let busy = Busy::begin(Arc::clone(&phase));
+        let app = app.clone();
+        let req = detach_head(req);
+        async move {
+            let resp = app.oneshot(req.map(Body::new)).await.unwrap_or_else(|e| match e {});
+            // The connection is busy until the body is sent (or dropped).
+            Ok::<_, Infallible>(resp.map(|body| Body::new(TrackedBody::new(body, busy))))
+        }
+    });
+    // The connection lives in its own allocation of its own size: inline,
+    // it would be moved into (and sized into) every enclosing future, and
+    // an HTTP/1.1 connection would carry the size of an HTTP/2 one.
+    match protocol {
+        Protocol::Http1 => {
+            let mut builder = hyper::server::conn::http1::Builder::new();
+            builder
+                .header_read_timeout(None) // the guarded IO enforces it (and the idle timeout)
+                .max_header_size(limits.max_header_bytes)
+                .max_buf_size(limits.max_header_bytes.max(HYPER_MIN_BUF));
+            drive(Box::pin(builder.serve_connection(io, service)), stop, |c| c.graceful_shutdown()).await;
+        }
+        Protocol::Http2 => {
+            let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+            builder
+                .timer(TokioTimer::new())
+                .max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX));
+            drive(Box::pin(builder.serve_connection(io, service)), stop, |c| c.graceful_shutdown()).await;
+        }
+    }
+}
+
+/// hyper's request head refers into the connection's 8 KiB read buffer
+/// (reference-counted): a request that stays in flight, a long-poll for
+/// one, would pin that buffer, and hyper would allocate another for its
+/// next read. A copy of the head (a few hundred bytes) lets hyper reuse it.
+fn detach_head<B>(req: Request<B>) -> Request<B> {
+    let (mut parts, body) = req.into_parts();
+    if let Ok(uri) = http::Uri::try_from(parts.uri.to_string()) {
+        parts.uri = uri;
+    }
+    let mut headers = http::HeaderMap::with_capacity(parts.headers.len());
+    for (name, value) in &parts.headers {
+        let mut copy = http::HeaderValue::from_bytes(value.as_bytes()).unwrap_or_else(|_| value.clone());
+        copy.set_sensitive(value.is_sensitive());
+        headers.append(name.clone(), copy);
+    }
+    parts.headers = headers;
+    Request::from_parts(parts, body)
+}
+
+/// Run a connection to its end; when `stop` turns true, shut it down gracefully.
+async fn drive<C>(mut conn: Pin<Box<C>>, stop: Option<watch::Receiver<bool>>, graceful: impl FnOnce(Pin<&mut C>))
+where
+    C: Future<Output = Result<(), hyper::Error>>,
+{
+    let Some(mut stop) = stop else {
+        log_end(conn.await);
+        return;
+    };
+    tokio::select! {
+        result = conn.as_mut() => {
+            log_end(result);
+            return;
+        }
+        _ = stop.wait_for(|s| *s) => graceful(conn.as_mut()),
+    }
+    log_end(conn.await);
+}
+
+fn log_end(result: Result<(), hyper::Error>) {
+    if let Err(e) = result {
+        tracing::debug!(error = %e, "connection closed with an error");
+    }
+}
+
+/// As `axum::serve`: a failed accept (e.g. `EMFILE`) is logged and retried
+/// after a pause, instead of spinning or stopping the server.
+async fn accept_error(e: io::Error) {
+    if matches!(
+        e.kind(),
+        io::ErrorKind::ConnectionRefused | io::ErrorKind::ConnectionAborted | io::ErrorKind::ConnectionReset
+    ) {
+        return;
+    }
+    tracing::error!(error = %e, "accept failed; retrying in 1s");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+}
