@@ -31,6 +31,10 @@ pub const PROCESSORS_PATH: &str = "__ds/processors";
 
 /// Largest control body.
 const MAX_CONTROL_BODY: usize = 64 * 1024;
+/// Longest silence while a control body arrives. The operator routes keep
+/// no `HttpConfig` (their state is the operator alone); a control body is a
+/// few hundred bytes, so the server default (`--body-read-timeout`) is used.
+const CONTROL_BODY_IDLE: std::time::Duration = std::time::Duration::from_secs(30);
 /// Default and largest page of a listing, in streams.
 const DEFAULT_LIMIT: usize = 1000;
 const MAX_LIMIT: usize = 10_000;
@@ -116,7 +120,7 @@ async fn dispatch(operator: Operator, req: Request) -> Result<Response, ApiError
         }
         (Route::Show { slug, stream }, Method::GET) => json(&operator.show(&slug, &stream).await?),
         (Route::Control { slug, action, stream }, Method::POST) => {
-            let control = control(action, &body(req.into_body(), MAX_CONTROL_BODY).await?)?;
+            let control = control(action, &body(req.into_body(), MAX_CONTROL_BODY, CONTROL_BODY_IDLE).await?)?;
             json(&operator.control(&slug, &stream, control).await?)
         }
         (Route::Control { .. }, _) => Err(method_not_allowed("POST")),

@@ -52,7 +52,7 @@ pub(crate) async fn dispatch(app: AppState, path: String, req: Request) -> ApiRe
     let (parts, raw) = req.into_parts();
     let base_url = format!("{}://{}", app.scheme, request_host(&parts)?);
     let auth = crate::headers::get(&parts.headers, "authorization")?.map(str::to_owned);
-    let body = body(raw, app.cfg.max_body_bytes.min(MAX_CONTROL_BODY)).await?;
+    let body = body(raw, app.cfg.max_body_bytes.min(MAX_CONTROL_BODY), app.cfg.body_read_timeout).await?;
     let no_content = || Ok(StatusCode::NO_CONTENT.into_response());
     match (&parts.method, action.as_str()) {
         (&Method::PUT, "") => {
