@@ -70,6 +70,7 @@ for _ in $(seq 1 100); do
   grep -q "starting Runtime server" "$RUN/watch.log" 2>/dev/null && break
   sleep 0.2
 done
+INSTANCES=() # "function pid" of every instance: each must outlive the suite
 start_instances() { # FUNCTION COUNT: instances polling the runtime API for FUNCTION
   local i
   for i in $(seq 1 "$2"); do
@@ -78,6 +79,7 @@ start_instances() { # FUNCTION COUNT: instances polling the runtime API for FUNC
     AWS_LAMBDA_LOG_GROUP_NAME="/aws/lambda/$1" AWS_LAMBDA_LOG_STREAM_NAME="instance-$i" \
       "$ROOT/target/debug/$1" >>"$RUN/$1.log" 2>&1 &
     PIDS+=("$!")
+    INSTANCES+=("$1 $!")
   done
 }
 start_instances lambda-http 8
@@ -164,10 +166,30 @@ set +e
 # vitest's 5 s default per test (5002-5010 ms); with the limit raised they
 # passed, the slowest in 14.9 s at load average 6. 30 s still catches a
 # hang; the 10 slowest tests are listed with their times.
-SUITE="$(DS_CONFORMANCE_LIST_SKIPPED=1 DS_CONFORMANCE_SLOWEST=10 bash "$ROOT/tests/conformance/run.sh" \
-  --long-poll-timeout-ms 500 "$URL" -- --testTimeout=30000 2>"$RUN/conformance.err")"
+# A function instance that exits (Lambda would start another; this emulator
+# does not) is a failure of its own, and ends the suite at once: with every
+# instance gone each remaining test would wait out its 30 s.
+dead_instance() {
+  local entry
+  for entry in "${INSTANCES[@]}"; do
+    kill -0 "${entry#* }" 2>/dev/null || { echo "$entry"; return 0; }
+  done
+  return 1
+}
+DS_CONFORMANCE_LIST_SKIPPED=1 DS_CONFORMANCE_SLOWEST=10 setsid bash "$ROOT/tests/conformance/run.sh" --long-poll-timeout-ms 500 "$URL" -- --testTimeout=30000 \
+  >"$RUN/conformance.out" 2>"$RUN/conformance.err" &
+SUITE_PID=$!
+DEAD=""
+while kill -0 "$SUITE_PID" 2>/dev/null; do
+  if DEAD="$(dead_instance)"; then kill -- "-$SUITE_PID" 2>/dev/null || true; break; fi
+  sleep 1
+done
+wait "$SUITE_PID"
 SUITE_RC=$?
+SUITE="$(cat "$RUN/conformance.out")"
 set -e
+[ -z "$DEAD" ] && DEAD="$(dead_instance)" || true
+[ -z "$DEAD" ] || { tail -n 5 "$RUN/${DEAD% *}.log" >&2; fail "instance ${DEAD#* } of ${DEAD% *} exited during the suite (log: $RUN/${DEAD% *}.log)"; }
 grep -v '^SKIPPED: ' "$RUN/conformance.err" >&2 || true
 grep '^SKIPPED: ' "$RUN/conformance.err" | sed 's/^/conformance-lambda: /' >&2 || true
 tool calls-add "$CALLS" HttpFunction

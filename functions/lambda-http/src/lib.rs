@@ -66,6 +66,35 @@ pub fn handler(
     })
 }
 
+/// The Lambda runtime loop over `router`, with streamed responses.
+///
+/// A client that leaves mid-response (an SSE reader closing its connection)
+/// breaks the streamed body's `POST` to the Runtime API, and lambda_runtime
+/// then returns that error instead of taking the next invocation. The
+/// invocation is over either way (its client left) and the instance is
+/// sound, so the loop is entered again rather than the process exiting: an
+/// exit costs a cold start, and under a runtime emulator that restarts
+/// nothing it lost the instance for good. A Runtime API that keeps failing
+/// at once (gone) still ends the process.
+pub async fn run(router: axum::Router) -> Result<(), lambda_http::Error> {
+    const QUICK: std::time::Duration = std::time::Duration::from_secs(1);
+    const MAX_QUICK_FAILURES: u32 = 20;
+    let mut quick_failures = 0u32;
+    loop {
+        let started = std::time::Instant::now();
+        let Err(err) = lambda_http::run_with_streaming_response(handler(router.clone())).await else {
+            return Ok(());
+        };
+        quick_failures = if started.elapsed() < QUICK { quick_failures + 1 } else { 0 };
+        if quick_failures >= MAX_QUICK_FAILURES {
+            tracing::error!(error = %err, "the Runtime API keeps failing; exiting");
+            return Err(err);
+        }
+        tracing::warn!(error = %err, "a call to the Runtime API failed (a client left mid-response?); taking the next invocation");
+        tokio::time::sleep(std::time::Duration::from_millis(20 * u64::from(quick_failures))).await;
+    }
+}
+
 /// The core's settings for Lambda, from the environment.
 pub fn service_config_from_env() -> anyhow::Result<ServiceConfig> {
     service_config(&Settings::from_env())

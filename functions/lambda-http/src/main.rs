@@ -5,5 +5,5 @@
 async fn main() -> Result<(), lambda_http::Error> {
     lambda_http_fn::init_logs();
     let router = lambda_http_fn::router_from_env().await?;
-    lambda_http::run_with_streaming_response(lambda_http_fn::handler(router)).await
+    lambda_http_fn::run(router).await
 }
