@@ -4,13 +4,23 @@
 //! (SQS). Which processors run on which streams is [`deployment`]'s choice.
 
 use ds_processor_aws::{Deployment, TaskHandlers, Wiring};
-use ds_processor_host::ProcessorRegistry;
+use ds_processors_builtin::Catalog;
 
-/// The processors this deployment runs (by stream path pattern) and the
-/// handlers of their background tasks. Empty: the function then does the
-/// table's upkeep only (TTL removals, sealing, sweeping).
-fn deployment(_wiring: &Wiring) -> Deployment {
-    Deployment { registry: ProcessorRegistry::new(), tasks: TaskHandlers::new() }
+/// The processors this deployment runs: those `DS_PROCESSORS` names (the
+/// TOML of `serve --processors`, built-in kinds, checked against the store
+/// like the local server and the HTTP function's operator API do). Without
+/// it the function does the table's upkeep only (TTL removals, sealing,
+/// sweeping). A processor of your own: add its kind to the catalog
+/// (`Catalog::builtin().with_kind(..)`), or register it here directly.
+async fn deployment(wiring: Wiring) -> anyhow::Result<Deployment> {
+    let Some(text) = std::env::var("DS_PROCESSORS").ok().filter(|t| !t.trim().is_empty()) else {
+        return Ok(Deployment::default());
+    };
+    let (config, registry) =
+        Catalog::builtin().load(&text, &wiring.service).await.map_err(|e| anyhow::anyhow!("DS_PROCESSORS: {e}"))?;
+    let slugs: Vec<&str> = config.processors.iter().map(|p| p.slug.as_str()).collect();
+    tracing::info!(processors = ?slugs, "processors registered");
+    Ok(Deployment { registry, tasks: TaskHandlers::new() })
 }
 
 #[tokio::main]

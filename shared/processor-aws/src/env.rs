@@ -26,6 +26,9 @@ pub enum EnvError {
     Missing(&'static str),
     #[error(transparent)]
     Substrate(#[from] ds_store_aws::ConfigError),
+    /// The deployment could not be built (its configuration is wrong).
+    #[error("the deployment: {0}")]
+    Deployment(String),
 }
 
 fn required(name: &'static str) -> Result<String, EnvError> {
@@ -33,8 +36,14 @@ fn required(name: &'static str) -> Result<String, EnvError> {
 }
 
 /// The function over the AWS substrate named by the environment, running
-/// the processors `deploy` registers.
-pub async fn function_from_env(deploy: impl FnOnce(&Wiring) -> Deployment) -> Result<ProcessorFunction, EnvError> {
+/// the processors `deploy` registers (it may read the store, so it is
+/// asynchronous, and fail: a wrong configuration stops the cold start).
+pub async fn function_from_env<F, Fut, E>(deploy: F) -> Result<ProcessorFunction, EnvError>
+where
+    F: FnOnce(Wiring) -> Fut,
+    Fut: std::future::Future<Output = Result<Deployment, E>>,
+    E: std::fmt::Display,
+{
     let cfg = ds_store_aws::AwsConfig::from_env()?;
     let sdk = aws_config::defaults(aws_config::BehaviorVersion::latest()).load().await;
     let aws = AwsSubstrate::new(cfg.clone(), AwsClients::from_sdk_config(&sdk));
@@ -48,7 +57,8 @@ pub async fn function_from_env(deploy: impl FnOnce(&Wiring) -> Deployment) -> Re
     };
     let alarms = Arc::new(RevivalSchedules::new(aws_sdk_scheduler::Client::new(&sdk), target));
     let parking = Arc::new(SqsParking::new(sqs, required("DS_PROCESSOR_PARKED_QUEUE_URL")?));
-    let deployment = deploy(&Wiring { service: service.clone(), queue });
+    let deployment =
+        deploy(Wiring { service: service.clone(), queue }).await.map_err(|e| EnvError::Deployment(e.to_string()))?;
     Ok(ProcessorFunction::new(FunctionParts {
         aws,
         service,

@@ -39,8 +39,7 @@ async fn builtin_outbox_and_counter_from_the_configuration() {
     let svc = env.service();
     // Built before the source exists: `create_target` makes the target.
     let (_, registry) = Catalog::builtin().load(CONFIG, &svc).await.expect("configuration");
-    let mut registry = Some(registry);
-    let function = env.function(|_| Deployment { registry: registry.take().expect("once"), tasks: TaskHandlers::new() });
+    let function = env.function(move |_| Deployment { registry, tasks: TaskHandlers::new() });
 
     svc.create(json_stream("shop/1")).await.expect("create");
     append(&svc, "shop/1", &order("s1")).await;

@@ -4,6 +4,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod builtin;
 mod crash;
 mod e2e;
 mod upkeep;
