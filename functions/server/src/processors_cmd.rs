@@ -51,36 +51,39 @@ enum ProcessorsCommand {
         reason: Option<String>,
     },
     /// Rewind to POSITION: events from there are reduced and processed again (new idempotency keys).
-    ReprocessFrom {
-        processor: String,
-        stream: String,
-        #[arg(long)]
-        position: u64,
-        /// The cursor revision you read (`show`); a stale one is refused with 409.
-        #[arg(long)]
-        expected_revision: u64,
-        #[arg(long)]
-        reason: Option<String>,
-    },
+    ReprocessFrom(Move),
     /// Move past a poison event: everything through POSITION is reduced, none of it processed.
-    SkipThrough {
-        processor: String,
-        stream: String,
-        #[arg(long)]
-        position: u64,
-        /// The cursor revision you read (`show`); a stale one is refused with 409.
-        #[arg(long)]
-        expected_revision: u64,
-        #[arg(long)]
-        reason: Option<String>,
-    },
+    SkipThrough(Move),
+}
+
+/// A control that moves a processor's cursor, guarded by its revision.
+#[derive(Debug, clap::Args)]
+pub struct Move {
+    processor: String,
+    stream: String,
+    #[arg(long)]
+    position: u64,
+    /// The cursor revision you read (`show`); a stale one is refused with 409.
+    #[arg(long)]
+    expected_revision: u64,
+    #[arg(long)]
+    reason: Option<String>,
+}
+
+impl Move {
+    fn control(&self, action: &str) -> (String, Value) {
+        let body =
+            json!({ "position": self.position, "expectedRevision": self.expected_revision, "reason": self.reason });
+        (control_path(action, &self.processor, &self.stream), body)
+    }
+}
+
+fn control_path(action: &str, processor: &str, stream: &str) -> String {
+    format!("/v1/processors/{}/{action}/{}", encode(processor), encode_path(stream))
 }
 
 pub async fn run(args: ProcessorsArgs) -> anyhow::Result<()> {
     let client = Client::new(&args)?;
-    let control = |action: &str, processor: &str, stream: &str, body: Value| {
-        (format!("/v1/processors/{}/{action}/{}", encode(processor), encode_path(stream)), body)
-    };
     let (path, body) = match &args.command {
         ProcessorsCommand::List { json, after, limit } => {
             let mut query = Vec::new();
@@ -108,17 +111,14 @@ pub async fn run(args: ProcessorsArgs) -> anyhow::Result<()> {
             (path, None)
         }
         ProcessorsCommand::ReReduce { processor, stream, reason } => {
-            let (p, b) = control("re-reduce", processor, stream, json!({ "reason": reason }));
+            (control_path("re-reduce", processor, stream), Some(json!({ "reason": reason })))
+        }
+        ProcessorsCommand::ReprocessFrom(m) => {
+            let (p, b) = m.control("reprocess-from");
             (p, Some(b))
         }
-        ProcessorsCommand::ReprocessFrom { processor, stream, position, expected_revision, reason } => {
-            let body = json!({ "position": position, "expectedRevision": expected_revision, "reason": reason });
-            let (p, b) = control("reprocess-from", processor, stream, body);
-            (p, Some(b))
-        }
-        ProcessorsCommand::SkipThrough { processor, stream, position, expected_revision, reason } => {
-            let body = json!({ "position": position, "expectedRevision": expected_revision, "reason": reason });
-            let (p, b) = control("skip-through", processor, stream, body);
+        ProcessorsCommand::SkipThrough(m) => {
+            let (p, b) = m.control("skip-through");
             (p, Some(b))
         }
     };

@@ -18,18 +18,13 @@ use std::sync::Mutex;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use ds_core::{ServiceError, StreamService};
+use ds_core::StreamService;
 use ds_processor::{AppendOutcome, Journal, JournalEntry, JournalError, StreamIncarnation};
 use ds_processor_host::StreamJournal;
 
-/// Most bytes one read returns (as `StreamJournal`).
-const READ_BYTES: usize = 256 * 1024;
-
 /// See the module docs.
 pub struct DoorbellJournal {
-    service: StreamService,
     inner: StreamJournal,
-    path: String,
     /// The incarnation the doorbell named, used once by `incarnation()`.
     hint: Mutex<Option<StreamIncarnation>>,
     /// `(incarnation, tail)` of the last page read in this drive.
@@ -40,27 +35,9 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-fn journal_error(e: ServiceError, bound: &StreamIncarnation) -> JournalError {
-    match e {
-        ServiceError::IncarnationChanged { found, .. } => {
-            JournalError::IncarnationChanged { expected: bound.clone(), current: Some(StreamIncarnation::new(found)) }
-        }
-        ServiceError::NotFound | ServiceError::Gone | ServiceError::Expired(_) => {
-            JournalError::IncarnationChanged { expected: bound.clone(), current: None }
-        }
-        other => JournalError::Unavailable(other.to_string()),
-    }
-}
-
 impl DoorbellJournal {
     pub fn new(service: StreamService, path: &str, hint: Option<StreamIncarnation>) -> Self {
-        Self {
-            inner: StreamJournal::new(service.clone(), path),
-            service,
-            path: path.to_owned(),
-            hint: Mutex::new(hint),
-            head: Mutex::new(None),
-        }
+        Self { inner: StreamJournal::new(service, path), hint: Mutex::new(hint), head: Mutex::new(None) }
     }
 
     /// A doorbell rang: the next read goes to the store.
@@ -88,13 +65,9 @@ impl Journal for DoorbellJournal {
         if known {
             return Ok(Vec::new());
         }
-        let page = self
-            .service
-            .read_journal(&self.path, incarnation.as_str(), after, READ_BYTES)
-            .await
-            .map_err(|e| journal_error(e, incarnation))?;
-        *lock(&self.head) = Some((incarnation.clone(), page.tail));
-        Ok(page.entries.into_iter().take(limit).map(|(position, data)| JournalEntry::new(position, data)).collect())
+        let (entries, tail) = self.inner.read_page(incarnation, after, limit).await?;
+        *lock(&self.head) = Some((incarnation.clone(), tail));
+        Ok(entries)
     }
 
     async fn append(

@@ -25,6 +25,24 @@ impl StreamJournal {
     pub fn path(&self) -> &str {
         &self.path
     }
+
+    /// At most `limit` entries after `after`, and the stream's tail when
+    /// they were read (consistent with them): what `read_after` returns,
+    /// plus the tail a caller may cache to answer a read from there empty.
+    pub async fn read_page(
+        &self,
+        incarnation: &StreamIncarnation,
+        after: u64,
+        limit: usize,
+    ) -> Result<(Vec<JournalEntry>, u64), JournalError> {
+        let page = self
+            .service
+            .read_journal(&self.path, incarnation.as_str(), after, READ_BYTES)
+            .await
+            .map_err(|e| journal_error(e, incarnation))?;
+        let entries = page.entries.into_iter().take(limit).map(|(position, data)| JournalEntry::new(position, data));
+        Ok((entries.collect(), page.tail))
+    }
 }
 
 /// A service error as the journal reports it, for a caller bound to `bound`.
@@ -58,12 +76,7 @@ impl Journal for StreamJournal {
         after: u64,
         limit: usize,
     ) -> Result<Vec<JournalEntry>, JournalError> {
-        let page = self
-            .service
-            .read_journal(&self.path, incarnation.as_str(), after, READ_BYTES)
-            .await
-            .map_err(|e| journal_error(e, incarnation))?;
-        Ok(page.entries.into_iter().take(limit).map(|(position, data)| JournalEntry::new(position, data)).collect())
+        Ok(self.read_page(incarnation, after, limit).await?.0)
     }
 
     async fn append(
