@@ -36,7 +36,7 @@ pub async fn start(args: &ServeArgs, service: &StreamService, tap: &ChangeTap) -
     let (wakes, due) = InProcWakes::new();
     let engine = Subscriptions::new(service.clone(), keys, cfg, Arc::new(wakes)).context("subscriptions")?;
     tokio::spawn(engine.clone().run_due_loop(due));
-    tap.connect(engine.clone());
+    tap.connect(&engine);
     let loaded = engine.start().await.context("resuming subscriptions")?;
     tracing::info!(subscriptions = loaded, "subscriptions resumed");
     Ok(engine)

@@ -8,22 +8,28 @@
 //! deployment feeds [`Subscriptions::on_stream_changed`] from the store's
 //! own change stream instead.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, OnceLock, Weak};
 
 use ds_core::{HubSubscription, StreamHandle, StreamHub, Substrate, TailSignal};
 
+use crate::engine::Inner;
 use crate::Subscriptions;
 
 /// Where tapped commits go once the engine exists.
+///
+/// Weak: the engine holds the service, which holds the substrate, whose
+/// hub holds this tap. A strong reference closed that cycle, so the store
+/// was never dropped: the local store's database was not closed at
+/// shutdown and every start after a clean stop had to repair it.
 #[derive(Default)]
 pub struct ChangeTap {
-    engine: OnceLock<Subscriptions>,
+    engine: OnceLock<Weak<Inner>>,
 }
 
 impl ChangeTap {
     /// Start feeding `engine` (later calls are ignored).
-    pub fn connect(&self, engine: Subscriptions) {
-        let _ = self.engine.set(engine);
+    pub fn connect(&self, engine: &Subscriptions) {
+        let _ = self.engine.set(Arc::downgrade(&engine.inner));
     }
 }
 
@@ -34,8 +40,8 @@ struct TappedHub {
 
 impl StreamHub for TappedHub {
     fn publish(&self, path: &str, signal: TailSignal) {
-        if let Some(engine) = self.tap.engine.get() {
-            engine.on_stream_changed(path, &signal);
+        if let Some(inner) = self.tap.engine.get().and_then(Weak::upgrade) {
+            Subscriptions { inner }.on_stream_changed(path, &signal);
         }
         self.inner.publish(path, signal);
     }
