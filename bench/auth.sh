@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 ROUNDS="${ROUNDS:-4}"
 P1_SECS="${P1_SECS:-3}"
 BIN="${BIN:-target/release/durable-streams}"
-LOAD="${LOAD:-target/release/ds-load}"
+LOAD="${LOAD:-target/release/ds-load}"  # the busy-machine guard gets the server PID (--pid)
 [ -x "$BIN" ] && [ -x "$LOAD" ] || cargo build --release -p durable-streams -p ds-load
 WORK="$(mktemp -d)"
 PID=""
@@ -29,7 +29,7 @@ run() { # mode → appends/s lines (P1: 1 stream c1, 1 stream c64, 64 streams)
   for _ in $(seq 1 100); do curl -fsS "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break; sleep 0.05; done
   local auth=""
   [ "$mode" = jwt ] && auth="Bearer $JWT"
-  DS_LOAD_AUTHORIZATION="$auth" "$LOAD" run --base "http://127.0.0.1:$port" --workloads p1 --p1-secs "$P1_SECS" \
+  DS_LOAD_AUTHORIZATION="$auth" "$LOAD" run --base "http://127.0.0.1:$port" --pid "$PID" --workloads p1 --p1-secs "$P1_SECS" \
     | grep -E '^\| P1' | awk -F'|' '{gsub(/ /,"",$3); print $3}' | tr '\n' ' '
   kill "$PID"; wait "$PID" 2>/dev/null || true; PID=""
 }
