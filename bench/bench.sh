@@ -30,6 +30,9 @@
 #   DS_BENCH_LAMBDA=0    skip the Lambda package section (zip sizes, init time)
 #   DS_LOAD_TARGET_DIR   cargo target dir for ds-load (default target-bench)
 #   DS_BENCH_PROCESSORS=0  skip bench/processors.sh (processor effect latency)
+#   DS_BENCH_BASELINE    path of an earlier durable-streams binary, run as the
+#                        peers base-memory and base-local (A/B of a change;
+#                        DS_BENCH_ONLY=ours-memory,base-memory,ours-local,base-local)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -115,11 +118,18 @@ SERVERS="$RUN/servers.tsv"
   if [ "$OURS" = 1 ]; then
     echo "ours-memory${t}memory${t}ours${t}/v1/stream${t}$OURS_BIN${t}env RUST_LOG=warn $OURS_BIN serve --bind 127.0.0.1:{port} --store memory"
   fi
+  # An earlier build of ours as a peer: "does this change make us slower?"
+  if [ -n "${DS_BENCH_BASELINE:-}" ]; then
+    echo "base-memory${t}memory${t}peer${t}/v1/stream${t}$DS_BENCH_BASELINE${t}env RUST_LOG=warn $DS_BENCH_BASELINE serve --bind 127.0.0.1:{port} --store memory"
+  fi
   echo "node-memory${t}memory${t}peer${t}/v1/stream${t}-${t}node $NODE_SCRIPT {port}"
   echo "dss-memory${t}memory${t}peer${t}/v1/stream${t}$DSS_BIN${t}$DSS_ENV DS_STORAGE__MODE=memory $DSS_BIN serve"
   echo "ds-memory${t}memory${t}peer${t}-${t}$DS_BIN${t}$DS_BIN --host 127.0.0.1 --port {port} --data-dir {dir} --durability memory"
   if [ "$OURS" = 1 ]; then
     echo "ours-local${t}durable${t}ours${t}/v1/stream${t}$OURS_BIN${t}env RUST_LOG=warn $OURS_BIN serve --bind 127.0.0.1:{port} --store local --data-dir {dir}"
+  fi
+  if [ -n "${DS_BENCH_BASELINE:-}" ]; then
+    echo "base-local${t}durable${t}peer${t}/v1/stream${t}$DS_BENCH_BASELINE${t}env RUST_LOG=warn $DS_BENCH_BASELINE serve --bind 127.0.0.1:{port} --store local --data-dir {dir}"
   fi
   echo "node-file${t}durable${t}peer${t}/v1/stream${t}-${t}node $NODE_SCRIPT {port} {dir}"
   echo "dss-acid${t}durable${t}peer${t}/v1/stream${t}$DSS_BIN${t}$DSS_ENV DS_STORAGE__MODE=acid DS_STORAGE__DATA_DIR={dir} $DSS_BIN serve"

@@ -3,8 +3,8 @@
 # watch` (cargo-lambda from PyPI, pinned) provides the Lambda Runtime API and
 # the Function URL front end; behind them run the debug builds of lambda-http
 # (8 instances, so a waiting long-poll or SSE holds one instance as on Lambda)
-# and lambda-alarm (one warm instance for every alarm), with a private local
-# AWS emulator behind those.
+# and lambda-alarm (one warm instance for every alarm), later lambda-processor,
+# with a private local AWS emulator behind those.
 #   1. the alarm function with `cargo lambda invoke` and the real event: the
 #      Input of the schedule the HTTP function created (what EventBridge
 #      Scheduler would send; the emulator never fires schedules): an expired
@@ -13,7 +13,11 @@
 #      invocation;
 #   2. the conformance suite through the HTTP function's Function URL path
 #      (http://127.0.0.1:PORT/lambda-url/lambda-http, streamed responses);
-#   3. the AWS calls each function made (counted at the emulator) against its
+#   3. the processor function (one instance, an outbox named by DS_PROCESSORS)
+#      with `cargo lambda invoke` and a real DynamoDB Stream event: the table's
+#      stream records of appends made through the Function URL, filtered like
+#      the template's FilterCriteria; delivered twice, relayed once;
+#   4. the AWS calls each function made (counted at the emulator) against its
 #      IAM policy in template.yaml (deploy/check_template.py --observed).
 #
 # The instances are started here (`cargo lambda watch --only-lambda-apis`)
@@ -194,7 +198,44 @@ grep -v '^SKIPPED: ' "$RUN/conformance.err" >&2 || true
 grep '^SKIPPED: ' "$RUN/conformance.err" | sed 's/^/conformance-lambda: /' >&2 || true
 tool calls-add "$CALLS" HttpFunction
 
-# ---- 3. the calls each function made against its IAM policy -------------------
+# ---- 3. the processor function with a real DynamoDB Stream event ----------------
+# An outbox (DS_PROCESSORS, as the template's Processors parameter passes it):
+# appends through the Function URL, the table's stream records of the source
+# read from the emulator's DynamoDB Stream and filtered like the template's
+# FilterCriteria, delivered by `cargo lambda invoke`; then the same batch again
+# (a redelivery): the target holds each event once.
+while IFS= read -r line; do export "${line?}"; done < <(tool processor-resources)
+tool calls-drop
+DS_PROCESSORS='[[processor]]
+kind = "outbox"
+slug = "lp-relay"
+streams = "lp/*"
+target = "lp-out"
+create_target = true
+template = { type = "relayed", payload = "$/payload" }' start_instances lambda-processor 1
+put_event() { curl -fsS -o /dev/null -w '%{http_code}' -X "$1" -H 'content-type: application/json' "$URL/v1/stream/lp/1" ${2:+--data "$2"}; }
+[ "$(put_event PUT)" = 201 ] || fail "processor: creating lp/1"
+[ "$(put_event POST '{"type":"order","payload":{"n":1}}')" = 204 ] || fail "processor: append 1"
+[ "$(put_event POST '{"type":"order","payload":{"n":2}}')" = 204 ] || fail "processor: append 2"
+tool calls-add "$CALLS" HttpFunction
+tool stream-event lp/1 >"$RUN/processor-event.json"
+tool calls-drop
+relayed() { curl -fsS "$URL/v1/stream/lp-out?offset=-1" 2>/dev/null || echo '(no lp-out)'; }
+for round in first redelivered; do
+  cargo lambda invoke lambda-processor --invoke-address 127.0.0.1 --invoke-port "$PORT" \
+    --data-file "$RUN/processor-event.json" >"$RUN/processor-$round.out" 2>&1 \
+    || { cat "$RUN/processor-$round.out" >&2; tail -n 20 "$RUN/lambda-processor.log" >&2; fail "processor: the $round invocation failed"; }
+  grep -q '"batchItemFailures":\[\]' "$RUN/processor-$round.out" \
+    || { cat "$RUN/processor-$round.out" >&2; fail "processor: the $round invocation reported failures"; }
+  tool calls-add "$CALLS" ProcessorFunction
+  got="$(relayed)"
+  [ "$got" = '[{"payload":{"n":1},"type":"relayed"},{"payload":{"n":2},"type":"relayed"}]' ] \
+    || { tail -n 20 "$RUN/lambda-processor.log" >&2; fail "processor: after the $round invocation lp-out holds $got"; }
+  tool calls-drop
+done
+say "processor: $("$VPY" -c 'import json,sys; print(len(json.load(open(sys.argv[1]))["Records"]))' "$RUN/processor-event.json") stream record(s) of lp/1 → both events relayed to lp-out once, also after a redelivery"
+
+# ---- 4. the calls each function made against its IAM policy -------------------
 say "AWS calls seen: $(tr -d ' \n' <"$CALLS")"
 SAM_BIN="$(ds_venv sam-cli "$HERE/sam-cli-constraints.txt" "aws-sam-cli==1.170.0")"
 "$SAM_BIN/python" "$HERE/deploy/check_template.py" --root "$ROOT" --observed "$CALLS" >"$RUN/iam-check.log" 2>&1 \

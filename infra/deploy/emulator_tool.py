@@ -7,8 +7,14 @@ python (boto3 against $AWS_ENDPOINT_URL, the local emulator only).
     emulator_tool.py calls-add FILE NAME   add the emulator's call counts (read and reset)
                                            to FILE under NAME: {NAME: {service: {Operation: n}}}
     emulator_tool.py calls-drop            reset the emulator's call counts
+    emulator_tool.py processor-resources   create the processor function's queues and revival
+                                           schedule group; print its DS_PROCESSOR_* settings
+    emulator_tool.py stream-event PATH     the table's DynamoDB Stream records of PATH that the
+                                           template's FilterCriteria passes (chunk inserts), as
+                                           the Lambda event the processor function receives
 """
 
+import base64
 import json
 import os
 import sys
@@ -66,6 +72,68 @@ def calls_add(file, name):
         json.dump(data, f, indent=1, sort_keys=True)
 
 
+def processor_resources():
+    sqs = client("sqs")
+    tasks = sqs.create_queue(QueueName="durable-streams-tasks")["QueueUrl"]
+    parked = sqs.create_queue(QueueName="durable-streams-parked")["QueueUrl"]
+    group = "durable-streams-revival"
+    sched = client("scheduler")
+    try:
+        sched.create_schedule_group(Name=group)
+    except sched.exceptions.ConflictException:
+        pass
+    print(f"DS_PROCESSOR_TASK_QUEUE_URL={tasks}")
+    print(f"DS_PROCESSOR_PARKED_QUEUE_URL={parked}")
+    print(f"DS_PROCESSOR_SCHEDULE_GROUP={group}")
+    print("DS_PROCESSOR_FUNCTION_ARN=arn:aws:lambda:us-east-1:000000000000:function:lambda-processor")
+
+
+def lambda_json(value):
+    """boto3's view of a record, as Lambda delivers it: binary attributes base64."""
+    if isinstance(value, (bytes, bytearray)):
+        return base64.b64encode(bytes(value)).decode()
+    if isinstance(value, dict):
+        return {k: lambda_json(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [lambda_json(v) for v in value]
+    return value
+
+
+def stream_event(path):
+    """Every record of the table's stream, read from the start of each shard
+    as the event source mapping would, filtered like the template's first
+    FilterCriteria pattern (INSERT of an item whose sk starts with c#) and to
+    PATH's partition, in the Lambda event shape (DynamoDB JSON images)."""
+    table = os.environ.get("DS_AWS_TABLE", "durable-streams")
+    arn = client("dynamodb").describe_table(TableName=table)["Table"]["LatestStreamArn"]
+    streams = client("dynamodbstreams")
+    records = []
+    for shard in streams.describe_stream(StreamArn=arn)["StreamDescription"]["Shards"]:
+        it = streams.get_shard_iterator(
+            StreamArn=arn, ShardId=shard["ShardId"], ShardIteratorType="TRIM_HORIZON"
+        )["ShardIterator"]
+        while it:
+            out = streams.get_records(ShardIterator=it, Limit=1000)
+            for r in out["Records"]:
+                keys = r["dynamodb"]["Keys"]
+                if r["eventName"] != "INSERT" or not keys["sk"]["S"].startswith("c#"):
+                    continue
+                if keys["pk"]["S"] != f"stream#{path}":
+                    continue
+                d = dict(r["dynamodb"])
+                if "ApproximateCreationDateTime" in d:
+                    d["ApproximateCreationDateTime"] = d["ApproximateCreationDateTime"].timestamp()
+                records.append({
+                    "eventID": r["eventID"], "eventName": r["eventName"], "eventVersion": r.get("eventVersion", "1.1"),
+                    "eventSource": "aws:dynamodb", "awsRegion": r.get("awsRegion", "us-east-1"),
+                    "dynamodb": lambda_json(d), "eventSourceARN": arn,
+                })
+            it = out.get("NextShardIterator") if out["Records"] else None
+    if not records:
+        sys.exit(f"emulator_tool: no chunk inserts of {path} in the table's stream")
+    print(json.dumps({"Records": records}))
+
+
 def main():
     cmd, args = sys.argv[1], sys.argv[2:]
     if cmd == "alarm-event":
@@ -76,6 +144,10 @@ def main():
         calls_add(args[0], args[1])
     elif cmd == "calls-drop":
         take_calls()
+    elif cmd == "processor-resources":
+        processor_resources()
+    elif cmd == "stream-event":
+        stream_event(args[0])
     else:
         sys.exit(__doc__)
 

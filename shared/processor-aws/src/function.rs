@@ -153,6 +153,21 @@ struct Bell {
     chunks: u32,
 }
 
+/// The invocation's deadline as Unix milliseconds. Lambda sends exactly
+/// that; cargo lambda's runtime emulator (1.9) sends the function's timeout
+/// in milliseconds instead (`Lambda-Runtime-Deadline-Ms: 600000`), which read
+/// as a date lies in 1970 and stopped every catch-up at once. A value more
+/// than a day before `now_ms` cannot be a deadline, so it is taken as the
+/// time left.
+pub fn invocation_deadline(raw_ms: u64, now_ms: u64) -> u64 {
+    const DAY_MS: u64 = 86_400_000;
+    if raw_ms < now_ms.saturating_sub(DAY_MS) {
+        now_ms.saturating_add(raw_ms)
+    } else {
+        raw_ms
+    }
+}
+
 impl ProcessorFunction {
     pub fn new(parts: FunctionParts) -> Self {
         let FunctionParts { aws, service, alarms, parking, deployment, host, upkeep } = parts;
@@ -180,7 +195,10 @@ impl ProcessorFunction {
     /// Boxed: the future nests every layer of the host, too deep a type for
     /// the Lambda runtime's own futures to hold unboxed.
     pub fn handle(&self, payload: Value, deadline_ms: u64) -> BoxFuture<'_, Result<Value, FunctionError>> {
-        Box::pin(self.dispatch(payload, deadline_ms))
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        Box::pin(self.dispatch(payload, invocation_deadline(deadline_ms, now)))
     }
 
     async fn dispatch(&self, payload: Value, deadline_ms: u64) -> Result<Value, FunctionError> {
@@ -301,4 +319,17 @@ impl ProcessorFunction {
 
 fn to_json<T: Serialize>(value: &T) -> Value {
     serde_json::to_value(value).unwrap_or(Value::Null)
+}
+
+#[cfg(test)]
+mod deadline_tests {
+    use super::invocation_deadline;
+
+    #[test]
+    fn an_epoch_deadline_is_kept_and_a_timeout_is_taken_as_time_left() {
+        let now = 1_796_122_357_150;
+        assert_eq!(invocation_deadline(now + 60_000, now), now + 60_000);
+        assert_eq!(invocation_deadline(now - 10, now), now - 10, "a deadline just past stays past");
+        assert_eq!(invocation_deadline(600_000, now), now + 600_000, "cargo lambda's 600000");
+    }
 }

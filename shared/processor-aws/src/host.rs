@@ -38,8 +38,10 @@ const MAX_WARM_RUNNERS: usize = 1024;
 #[derive(Debug, Clone)]
 pub struct HostConfig {
     pub runner: RunnerConfig,
-    /// Catch-up stops this long before the invocation's deadline; the drain
-    /// that follows gets until half of it.
+    /// Catch-up stops this long before the invocation's deadline (at most a
+    /// quarter of the time the invocation has left, so a function with a
+    /// short timeout, Lambda's default 3 s included, still makes progress);
+    /// the drain that follows gets until half of it.
     pub stop_margin_ms: u64,
 }
 
@@ -182,7 +184,7 @@ impl Processors {
                 Driven::Failed(e) => {
                     self.warm().remove(&key);
                     // Arms the revival alarm if anything observed is unfinished.
-                    let report = warm.runner.drain(deadline_ms.saturating_sub(self.cfg.stop_margin_ms / 2)).await;
+                    let report = warm.runner.drain(deadline_ms.saturating_sub(self.margin(deadline_ms) / 2)).await;
                     tracing::error!(path, %slug, error = %e, ?report, "processor drive failed");
                     return Err(err(e));
                 }
@@ -230,8 +232,15 @@ impl Processors {
         Ok(Some(warm))
     }
 
+    /// The stop margin for an invocation ending at `deadline_ms` (see
+    /// [`HostConfig::stop_margin_ms`]).
+    fn margin(&self, deadline_ms: u64) -> u64 {
+        self.cfg.stop_margin_ms.min(deadline_ms.saturating_sub(now_ms()) / 4)
+    }
+
     async fn drive(&self, warm: &Warm, deadline_ms: u64) -> Driven {
-        let stop_at = deadline_ms.saturating_sub(self.cfg.stop_margin_ms);
+        let margin = self.margin(deadline_ms);
+        let stop_at = deadline_ms.saturating_sub(margin);
         let drive = warm.runner.catch_up();
         tokio::pin!(drive);
         tokio::select! {
@@ -241,7 +250,7 @@ impl Processors {
             },
             () = sleep_until_ms(stop_at) => {
                 // The drive must keep being polled while the drain waits for it to let go.
-                let hard = deadline_ms.saturating_sub(self.cfg.stop_margin_ms / 2);
+                let hard = deadline_ms.saturating_sub(margin / 2);
                 let (report, _) = tokio::join!(warm.runner.drain(hard), drive.as_mut());
                 Driven::Stopped(report)
             }
@@ -250,7 +259,7 @@ impl Processors {
 
     /// Waits (until the stop margin) for background hand-offs to settle.
     async fn settle_background(&self, warm: &Warm, deadline_ms: u64) {
-        let stop_at = deadline_ms.saturating_sub(self.cfg.stop_margin_ms);
+        let stop_at = deadline_ms.saturating_sub(self.margin(deadline_ms));
         while warm.runner.runtime_state().pending_background > 0 && now_ms() < stop_at {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }

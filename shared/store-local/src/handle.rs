@@ -80,9 +80,20 @@ impl DbHandle {
                 }
             }
         }
-        let db = Database::create(&self.file).map_err(storage)?;
+        let db = create_database(&self.file).map_err(storage)?;
         tracing::warn!(file = %self.file.display(), "local store reopened after an I/O error");
         *self.current.write().unwrap_or_else(PoisonError::into_inner) = Some(Arc::new(db));
         Ok(())
     }
+}
+
+/// redb's page cache. Its default (1 GiB) let the server's resident memory
+/// climb by ~150 KB/s for as long as a 10-minute soak ran (85 → 178 MB) as
+/// the file grew; the data is read back from the OS page cache anyway, so a
+/// small cache keeps memory flat at little cost.
+pub(crate) const CACHE_BYTES: usize = 32 * 1024 * 1024;
+
+/// Open (creating if needed) the database file with this store's settings.
+pub(crate) fn create_database(file: &std::path::Path) -> Result<Database, redb::DatabaseError> {
+    Database::builder().set_cache_size(CACHE_BYTES).create(file)
 }

@@ -13,7 +13,7 @@ use std::thread::JoinHandle;
 use async_trait::async_trait;
 use ds_core::fold::NetWrites;
 use ds_core::{Chunk, Commit, PendingCommit, ProducerState, Record, StoreError, StreamHandle, StreamMeta, StreamStore};
-use redb::{Database, ReadTransaction, ReadableDatabase};
+use redb::{ReadTransaction, ReadableDatabase};
 use tokio::sync::oneshot;
 
 use crate::error::{storage, OpenError};
@@ -45,7 +45,7 @@ impl LocalStore {
     pub fn open(dir: &Path) -> Result<Self, OpenError> {
         std::fs::create_dir_all(dir).map_err(|source| OpenError::CreateDir { dir: dir.to_owned(), source })?;
         let file = dir.join(DB_FILE);
-        let db = Database::create(&file).map_err(redb::Error::from)?;
+        let db = crate::handle::create_database(&file).map_err(redb::Error::from)?;
         if tables::has_legacy_records(&db.begin_read().map_err(redb::Error::from)?)? {
             return Err(OpenError::LegacyFormat(format!(
                 "{} holds records of an earlier format without checksums; this version cannot read them",
