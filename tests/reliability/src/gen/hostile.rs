@@ -183,7 +183,7 @@ pub fn framing(names: Names) -> SBoxedStrategy<Case> {
             0 => {
                 // CL and TE: by TE the body is the chunked part; by CL it
                 // also swallows the smuggled request that follows.
-                let chunks = chunked(&[body.clone()]);
+                let chunks = chunked(std::slice::from_ref(&body));
                 let cl = (chunks.len() + smuggled.len()).to_string();
                 let req = if te_first {
                     post().header("transfer-encoding", "chunked").header("content-length", cl)
