@@ -13,7 +13,8 @@
 //!    for `ALL_OLD` on condition failure, so a lost race returns the current
 //!    meta and the caller's retry needs no extra read.
 //! 3. Throttling and `TransactionConflict` are retried here with jittered
-//!    backoff (nothing was written). A lost answer (timeout, 5xx) is retried
+//!    backoff (nothing was written); the SDK's own retries are off for this
+//!    call, so every attempt's answer is seen here. A lost answer (timeout, 5xx) is retried
 //!    with the same `ClientRequestToken` (DynamoDB's idempotency window), and
 //!    the meta's commit id `cid` tells whether an earlier attempt was applied.
 //! 4. On a definite failure the S3 objects of step 1 are deleted; when the
@@ -130,8 +131,10 @@ async fn run(b: &Backend, writes: &NetWrites, items: Vec<TransactWriteItem>, rol
         match result {
             Ok(()) => return Outcome::Applied,
             Err(CommitFailure::Conflict { failed }) => {
-                if ambiguous && applied_by_us(&failed, roles, cid) {
-                    debug!(cid, "an earlier attempt whose answer was lost had applied the commit");
+                // The commit id is unique to this commit, so seeing it is
+                // proof whether or not we saw an ambiguous answer before.
+                if applied_by_us(&failed, roles, cid) {
+                    debug!(cid, ambiguous, "an earlier attempt whose answer was lost had applied the commit");
                     return Outcome::Applied;
                 }
                 learn_from_conflict(b, &failed, roles, writes);
@@ -166,7 +169,20 @@ async fn run(b: &Backend, writes: &NetWrites, items: Vec<TransactWriteItem>, rol
 }
 
 async fn send(b: &Backend, items: &[TransactWriteItem], token: &str) -> Result<(), CommitFailure> {
-    let request = b.ddb.transact_write_items().set_transact_items(Some(items.to_vec())).client_request_token(token);
+    // The SDK's own retries are off for this call: `run` must see every
+    // failed attempt. Otherwise a 500 after applying, retried inside the SDK
+    // and then throttled, reaches `run` as a plain throttle — "definitely not
+    // applied" — and the S3 objects a committed chunk points at get discarded.
+    let request = b
+        .ddb
+        .transact_write_items()
+        .set_transact_items(Some(items.to_vec()))
+        .client_request_token(token)
+        .customize()
+        .config_override(
+            aws_sdk_dynamodb::config::Builder::default()
+                .retry_config(aws_sdk_dynamodb::config::retry::RetryConfig::disabled()),
+        );
     #[cfg(feature = "fault-injection")]
     match b.blobs.faults.take(FaultPoint::Transact) {
         Some(Fault::Throttle) => return Err(CommitFailure::Throttled("injected: ThrottlingError".into())),

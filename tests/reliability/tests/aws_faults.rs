@@ -293,7 +293,8 @@ async fn two_servers_under_aws_faults_lose_and_duplicate_nothing() {
 /// Deterministic cases of the unknown outcome: an S3 PUT stored and then
 /// answered 500 (the SDK's retry found the object there: was a 500 "object
 /// key collision"), and a TransactWriteItems applied and then answered 500
-/// (retried with the same ClientRequestToken: applied once).
+/// (retried with the same ClientRequestToken: applied once), also when the
+/// retries that follow are throttled.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn answers_lost_after_applying_are_neither_errors_nor_duplicates() {
     let emulator = match Emulator::start() {
@@ -311,18 +312,33 @@ async fn answers_lost_after_applying_are_neither_errors_nor_duplicates() {
     let resp = http.put(&url).header("content-type", "application/octet-stream").send().await.unwrap();
     assert_eq!(resp.status().as_u16(), 201);
     let big = vec![b'b'; 2048]; // above the 512-byte inline threshold: goes to S3
-    for (operation, body) in [("PutObject", big.clone()), ("TransactWriteItems", b"small".to_vec())] {
-        let rule = serde_json::json!({"service": if operation == "PutObject" { "s3" } else { "dynamodb" },
-            "operation": operation, "fault": "apply_then_error", "count": 1});
-        emulator.faults(reqwest::Method::POST, Some(rule)).await;
-        let resp = http.post(&url).header("content-type", "application/octet-stream").body(body).send().await.unwrap();
+    let lost = |service: &str, operation: &str| serde_json::json!({"service": service, "operation": operation, "fault": "apply_then_error", "count": 1});
+    // The third case once hid the lost answer: the SDK retried the 500 by
+    // itself, met two throttles and reported only "throttled", so the commit
+    // was taken as not applied and appended a second time.
+    let throttled = serde_json::json!({"service": "dynamodb", "operation": "TransactWriteItems",
+        "fault": "throttle", "count": 2});
+    let cases = [
+        ("PutObject applied, then 500", vec![lost("s3", "PutObject")], 1, big.clone()),
+        ("TransactWriteItems applied, then 500", vec![lost("dynamodb", "TransactWriteItems")], 1, b"small".to_vec()),
+        (
+            "TransactWriteItems applied, then 500, then throttled twice",
+            vec![lost("dynamodb", "TransactWriteItems"), throttled],
+            3,
+            b"after".to_vec(),
+        ),
+    ];
+    for (case, rules, faults, body) in &cases {
+        emulator.faults(reqwest::Method::POST, Some(serde_json::json!({ "rules": rules }))).await;
+        let resp =
+            http.post(&url).header("content-type", "application/octet-stream").body(body.clone()).send().await.unwrap();
         let status = resp.status().as_u16();
-        assert_eq!(status, 204, "{operation} applied then answered 500: {}", resp.text().await.unwrap_or_default());
+        assert_eq!(status, 204, "{case}: {}", resp.text().await.unwrap_or_default());
         let state = emulator.faults(reqwest::Method::DELETE, None).await;
-        assert_eq!(state["total"], 1, "the fault was injected: {state}");
+        assert_eq!(state["total"], *faults, "{case}: faults injected: {state}");
     }
     let (bytes, _) = read_all(&http, &url).await.unwrap();
-    assert_eq!(bytes, [big, b"small".to_vec()].concat(), "each append exactly once");
+    assert_eq!(bytes, [big, b"small".to_vec(), b"after".to_vec()].concat(), "each append exactly once");
     server.assert_answers().await;
 }
 
