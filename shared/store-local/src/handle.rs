@@ -89,9 +89,6 @@ impl DbHandle {
 
 /// redb's page cache: its default is 1 GiB per process, a bound far above
 /// what a streaming server should hold for pages the OS caches anyway.
-/// (This was suspected for the soak's RSS growth; it is not its cause: with
-/// 32 MiB the 10-minute soak still grows about 130 KB/s, see the soak
-/// report in bench/results.)
 pub(crate) const CACHE_BYTES: usize = 32 * 1024 * 1024;
 
 /// Open (creating if needed) the database file with this store's settings.
