@@ -30,12 +30,12 @@ pub(crate) async fn stream(State(app): State<AppState>, req: Request) -> Respons
 
 async fn dispatch(app: AppState, req: Request) -> ApiResult {
     let path = stream_path(req.uri())?;
+    // Each route's and method's future is boxed: held inline, every request
+    // (a long-poll held for its whole wait, too) would carry the size of the
+    // largest (a subscription operation's, an append's).
     if ds_protocol::path::is_reserved(&path) {
-        return crate::reserved::dispatch(app, path, req).await;
+        return Box::pin(crate::reserved::dispatch(app, path, req)).await;
     }
-    // Each method's future is boxed: held inline, every request (a
-    // long-poll held for its whole wait, too) would carry the size of the
-    // largest (an append's).
     match *req.method() {
         Method::PUT => Box::pin(put(app, path, req)).await,
         Method::POST => Box::pin(post(app, path, req)).await,

@@ -1,18 +1,16 @@
-//! Headers every response carries (security, §12.7; CORS) and CORS preflight.
+//! Headers every response carries (security, §12.7; CORS) and CORS
+//! preflight; run by [`crate::edge`].
 
-use std::sync::Arc;
-
-use axum::extract::{Request, State};
-use axum::http::{HeaderValue, Method, StatusCode};
-use axum::middleware::Next;
+use axum::extract::Request;
+use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 
 use crate::cors::Cors;
 use crate::headers::EXPOSED;
 
-pub(crate) async fn protocol_headers(State(cors): State<Arc<Cors>>, req: Request, next: Next) -> Response {
-    let allow_origin = cors.allow_origin(req.headers().get(http::header::ORIGIN));
-    let mut resp = if req.method() == Method::OPTIONS { preflight(&req) } else { next.run(req).await };
+/// Add the headers every response carries. `allow_origin`: what
+/// [`Cors::allow_origin`] said for the request's `Origin`.
+pub(crate) fn decorate(resp: &mut Response, cors: &Cors, allow_origin: Option<HeaderValue>) {
     let h = resp.headers_mut();
     h.insert("x-content-type-options", HeaderValue::from_static("nosniff"));
     h.insert("cross-origin-resource-policy", HeaderValue::from_static("cross-origin"));
@@ -23,13 +21,12 @@ pub(crate) async fn protocol_headers(State(cors): State<Arc<Cors>>, req: Request
         h.insert("access-control-allow-origin", origin);
         h.insert("access-control-expose-headers", HeaderValue::from_static(EXPOSED));
     }
-    resp
 }
 
 /// Answer a CORS preflight: the protocol's methods, and the requested
 /// headers (including `Authorization` and `If-None-Match`). Whether the
 /// origin may use them is the `Access-Control-Allow-Origin` added above.
-fn preflight(req: &Request) -> Response {
+pub(crate) fn preflight(req: &Request) -> Response {
     let mut resp = StatusCode::NO_CONTENT.into_response();
     let h = resp.headers_mut();
     h.insert("access-control-allow-methods", HeaderValue::from_static("GET, HEAD, POST, PUT, DELETE, OPTIONS"));

@@ -7,6 +7,7 @@ mod access;
 mod classify;
 mod conn_guard;
 mod cors;
+mod edge;
 pub mod error;
 mod handlers;
 pub mod headers;
@@ -117,14 +118,9 @@ pub fn router_with(service: StreamService, cfg: HttpConfig, ops: Operations) -> 
     if let Some(m) = ops.metrics.clone() {
         router = router.route("/metrics", axum::routing::get(render_metrics).with_state(m));
     }
-    if let Some(auth) = ops.access {
-        router = router.layer(axum::middleware::from_fn_with_state(auth, access::access));
-    }
-    router = router.layer(axum::middleware::from_fn_with_state(Arc::new(ops.cors), layers::protocol_headers));
-    if let Some(m) = ops.metrics {
-        router = router.layer(axum::middleware::from_fn_with_state(m, metrics::observe));
-    }
-    router.layer(tower_http::trace::TraceLayer::new_for_http())
+    router
+        .layer(edge::Edge { cors: Arc::new(ops.cors), access: ops.access, metrics: ops.metrics })
+        .layer(tower_http::trace::TraceLayer::new_for_http())
 }
 
 async fn render_metrics(axum::extract::State(m): axum::extract::State<Arc<dyn Metrics>>) -> axum::response::Response {

@@ -1,4 +1,4 @@
-//! The metrics layer: every exchange is reported to a [`Metrics`] sink with
+//! Metrics at the edge ([`crate::edge`]): every exchange is reported to a [`Metrics`] sink with
 //! its route label, status, latency to the response head and bytes in/out;
 //! live readers (long-poll and SSE requests) are counted while they are
 //! open. The sink decides the format (Prometheus on the local server,
@@ -11,14 +11,13 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
-use axum::extract::{Request, State};
+use axum::extract::Request;
 use axum::http::Method;
-use axum::middleware::Next;
 use axum::response::Response;
 use bytes::Bytes;
 use http_body::{Body as HttpBody, Frame, SizeHint};
 
-use crate::classify::classify;
+use crate::classify::Class;
 
 /// One finished request/response exchange.
 #[derive(Debug, Clone)]
@@ -48,23 +47,43 @@ pub trait Metrics: Send + Sync + 'static {
     }
 }
 
-pub(crate) async fn observe(State(metrics): State<Arc<dyn Metrics>>, req: Request, next: Next) -> Response {
-    let start = Instant::now();
-    let class = classify(req.method(), req.uri(), req.headers());
-    let method = req.method().clone();
-    let live = class.live.map(|mode| LiveGuard::open(metrics.clone(), mode));
+/// One request being observed, from its classification at the edge
+/// ([`crate::edge`]) to its response head.
+pub(crate) struct Observation {
+    metrics: Arc<dyn Metrics>,
+    route: &'static str,
+    method: Method,
+    start: Instant,
+    live: Option<LiveGuard>,
+}
+
+impl Observation {
+    pub(crate) fn begin(metrics: Arc<dyn Metrics>, class: &Class, req: &Request, start: Instant) -> Self {
+        let live = class.live.map(|mode| LiveGuard::open(metrics.clone(), mode));
+        Self { metrics, route: class.route, method: req.method().clone(), start, live }
+    }
+
+    /// The response, its body wrapped to count bytes out and to report the
+    /// exchange when it ends.
+    pub(crate) fn finish(self, resp: Response, bytes_in: Arc<AtomicU64>) -> Response {
+        let exchange = Exchange {
+            route: self.route,
+            method: self.method,
+            status: resp.status().as_u16(),
+            latency: self.start.elapsed(),
+            bytes_in: 0,
+            bytes_out: 0,
+        };
+        let (metrics, live) = (self.metrics, self.live);
+        resp.map(|inner| Body::new(Observed { inner, exchange: Some(exchange), metrics, bytes_in, _live: live }))
+    }
+}
+
+/// The request, its body wrapped to count the bytes the handler reads.
+pub(crate) fn count_in(req: Request) -> (Request, Arc<AtomicU64>) {
     let bytes_in = Arc::new(AtomicU64::new(0));
     let req = req.map(|b| Body::new(CountIn { inner: b, n: bytes_in.clone() }));
-    let resp = next.run(req).await;
-    let exchange = Exchange {
-        route: class.route,
-        method,
-        status: resp.status().as_u16(),
-        latency: start.elapsed(),
-        bytes_in: 0,
-        bytes_out: 0,
-    };
-    resp.map(|inner| Body::new(Observed { inner, exchange: Some(exchange), metrics, bytes_in, _live: live }))
+    (req, bytes_in)
 }
 
 /// Decrements the live-reader gauge when the exchange ends, however it ends.

@@ -1,0 +1,103 @@
+//! The edge of the router: one tower layer around every route that
+//! classifies the request once ([`crate::classify`]) and then, in order,
+//! counts it for metrics, answers CORS preflight, checks access, runs the
+//! route, and adds the headers every response carries.
+//!
+//! One layer rather than three `axum::middleware::from_fn` layers: each of
+//! those cloned the router and boxed its own future per request, and two of
+//! them classified the request again — a cost every append paid, and memory
+//! every held long-poll and SSE connection kept for its whole wait.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use axum::extract::Request;
+use axum::http::Method;
+use axum::response::Response;
+use ds_auth::Authenticator;
+use futures::future::BoxFuture;
+use tower::{Layer, Service};
+
+use crate::classify::{classify, Class};
+use crate::cors::Cors;
+use crate::metrics::Metrics;
+use crate::{access, layers, metrics};
+
+/// What the edge does around each request; `None` parts are skipped.
+#[derive(Clone)]
+pub(crate) struct Edge {
+    pub cors: Arc<Cors>,
+    pub access: Option<Arc<Authenticator>>,
+    pub metrics: Option<Arc<dyn Metrics>>,
+}
+
+impl<S> Layer<S> for Edge {
+    type Service = EdgeService<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        EdgeService { edge: self.clone(), inner }
+    }
+}
+
+#[derive(Clone)]
+pub(crate) struct EdgeService<S> {
+    edge: Edge,
+    inner: S,
+}
+
+impl<S> Service<Request> for EdgeService<S>
+where
+    S: Service<Request, Response = Response, Error = Infallible> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+{
+    type Response = Response;
+    type Error = Infallible;
+    type Future = BoxFuture<'static, Result<Response, Infallible>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request) -> Self::Future {
+        // The clone is the fresh service; the one polled ready runs this call.
+        let fresh = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, fresh);
+        let edge = self.edge.clone();
+        let start = Instant::now();
+        let class: Option<Class> =
+            (edge.metrics.is_some() || edge.access.is_some()).then(|| classify(req.method(), req.uri(), req.headers()));
+        let allow_origin = edge.cors.allow_origin(req.headers().get(http::header::ORIGIN));
+        Box::pin(async move {
+            let observed = match (&edge.metrics, &class) {
+                (Some(m), Some(class)) => Some(metrics::Observation::begin(m.clone(), class, &req, start)),
+                _ => None,
+            };
+            let (req, bytes_in) = match &observed {
+                Some(_) => {
+                    let (req, n) = metrics::count_in(req);
+                    (req, Some(n))
+                }
+                None => (req, None),
+            };
+            let mut resp = if req.method() == Method::OPTIONS {
+                layers::preflight(&req)
+            } else {
+                let denied = match (&edge.access, &class) {
+                    (Some(auth), Some(class)) => access::check(auth, class, req.headers()).await,
+                    _ => None,
+                };
+                match denied {
+                    Some(denied) => denied,
+                    None => inner.call(req).await.unwrap_or_else(|e| match e {}),
+                }
+            };
+            layers::decorate(&mut resp, &edge.cors, allow_origin);
+            Ok(match (observed, bytes_in) {
+                (Some(o), Some(n)) => o.finish(resp, n),
+                _ => resp,
+            })
+        })
+    }
+}
