@@ -85,7 +85,9 @@ where
                 layers::preflight(&req)
             } else {
                 let denied = match (&edge.access, &class) {
-                    (Some(auth), Some(class)) => access::check(auth, class, req.headers()).await,
+                    // Boxed: inline, its largest state (a JWKS fetch) would stay
+                    // allocated for as long as the route runs (a long-poll).
+                    (Some(auth), Some(class)) => Box::pin(access::check(auth, class, req.headers())).await,
                     _ => None,
                 };
                 match denied {

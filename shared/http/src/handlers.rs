@@ -190,7 +190,7 @@ async fn get_stream(app: AppState, path: String, req: Request) -> ApiResult {
     // A live reader holds a slot until its response ends (refused with 503).
     let slot = if live == LiveMode::None { None } else { Some(app.live.admit()?) };
     if live == LiveMode::Sse {
-        return sse(app, read, q.cursor, slot).await;
+        return Box::pin(sse(app, read, q.cursor, slot)).await;
     }
     let out = app.service.read(read).await?;
     drop(slot);

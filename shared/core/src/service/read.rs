@@ -63,8 +63,10 @@ impl StreamService {
         }
         // Subscribe before the first read so no append between them is missed.
         let mut sub = (req.live == LiveMode::LongPoll).then(|| self.sub.hub.subscribe(&stream));
-        let meta = self.read_live_meta(&stream).await?;
-        self.touch(&stream, &meta).await;
+        // The store calls are boxed: inline, their state would stay allocated
+        // through a long-poll's whole wait (memory per idle reader).
+        let meta = Box::pin(self.read_live_meta(&stream)).await?;
+        Box::pin(self.touch(&stream, &meta)).await;
         let at_now = req.offset == Some(ReadOffset::Now);
         let start = self.start_position(&meta, req.offset)?;
 
@@ -72,13 +74,13 @@ impl StreamService {
             return Ok(self.empty_outcome(meta, start, true));
         }
         let Some(sub) = sub.as_mut() else {
-            return self.read_at(&stream, meta, start).await;
+            return Box::pin(self.read_at(&stream, meta, start)).await;
         };
         let deadline = Instant::now() + self.cfg.long_poll_timeout;
         let mut meta = meta;
         loop {
             if start < meta.tail {
-                return self.read_at(&stream, meta, start).await;
+                return Box::pin(self.read_at(&stream, meta, start)).await;
             }
             if meta.closed {
                 let mut out = self.empty_outcome(meta, start, at_now);
@@ -90,7 +92,7 @@ impl StreamService {
                 out.no_content = true;
                 return Ok(out);
             }
-            meta = self.read_live_meta(&stream).await?;
+            meta = Box::pin(self.read_live_meta(&stream)).await?;
         }
     }
 
