@@ -61,45 +61,66 @@ where
     }
 
     fn call(&mut self, req: Request) -> Self::Future {
-        // The clone is the fresh service; the one polled ready runs this call.
-        let fresh = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, fresh);
-        let edge = self.edge.clone();
         let start = Instant::now();
-        let class: Option<Class> =
-            (edge.metrics.is_some() || edge.access.is_some()).then(|| classify(req.method(), req.uri(), req.headers()));
-        let allow_origin = edge.cors.allow_origin(req.headers().get(http::header::ORIGIN));
+        let class: Option<Class> = (self.edge.metrics.is_some() || self.edge.access.is_some())
+            .then(|| classify(req.method(), req.uri(), req.headers()));
+        let allow_origin = self.edge.cors.allow_origin(req.headers().get(http::header::ORIGIN));
+        let observed = match (&self.edge.metrics, &class) {
+            (Some(m), Some(class)) => Some(metrics::Observation::begin(m.clone(), class, &req, start)),
+            _ => None,
+        };
+        let (req, bytes_in) = match &observed {
+            Some(_) => {
+                let (req, n) = metrics::count_in(req);
+                (req, Some(n))
+            }
+            None => (req, None),
+        };
+        // Everything that needs no waiting happens here, so the future below
+        // holds no `Request` (a long-poll keeps it for its whole wait).
+        let answer = if req.method() == Method::OPTIONS {
+            Answer::Now(layers::preflight(&req))
+        } else {
+            // The clone is the fresh service; the one polled ready runs this call.
+            let fresh = self.inner.clone();
+            let mut inner = std::mem::replace(&mut self.inner, fresh);
+            match (&self.edge.access, class) {
+                (Some(auth), Some(class)) => Answer::AfterAccess(Box::pin(guarded(auth.clone(), class, req, inner))),
+                _ => Answer::Route(inner.call(req)),
+            }
+        };
+        let cors = self.edge.cors.clone();
         Box::pin(async move {
-            let observed = match (&edge.metrics, &class) {
-                (Some(m), Some(class)) => Some(metrics::Observation::begin(m.clone(), class, &req, start)),
-                _ => None,
+            let mut resp = match answer {
+                Answer::Now(resp) => resp,
+                Answer::Route(run) => run.await.unwrap_or_else(|e| match e {}),
+                Answer::AfterAccess(run) => run.await,
             };
-            let (req, bytes_in) = match &observed {
-                Some(_) => {
-                    let (req, n) = metrics::count_in(req);
-                    (req, Some(n))
-                }
-                None => (req, None),
-            };
-            let mut resp = if req.method() == Method::OPTIONS {
-                layers::preflight(&req)
-            } else {
-                let denied = match (&edge.access, &class) {
-                    // Boxed: inline, its largest state (a JWKS fetch) would stay
-                    // allocated for as long as the route runs (a long-poll).
-                    (Some(auth), Some(class)) => Box::pin(access::check(auth, class, req.headers())).await,
-                    _ => None,
-                };
-                match denied {
-                    Some(denied) => denied,
-                    None => inner.call(req).await.unwrap_or_else(|e| match e {}),
-                }
-            };
-            layers::decorate(&mut resp, &edge.cors, allow_origin);
+            layers::decorate(&mut resp, &cors, allow_origin);
             Ok(match (observed, bytes_in) {
                 (Some(o), Some(n)) => o.finish(resp, n),
                 _ => resp,
             })
         })
+    }
+}
+
+/// How the edge answers a request.
+enum Answer<F> {
+    /// Without running a route (CORS preflight).
+    Now(Response),
+    /// The route's own future.
+    Route(F),
+    /// The access check, then the route (boxed: it holds the request).
+    AfterAccess(BoxFuture<'static, Response>),
+}
+
+async fn guarded<S>(auth: Arc<Authenticator>, class: Class, req: Request, mut inner: S) -> Response
+where
+    S: Service<Request, Response = Response, Error = Infallible>,
+{
+    match access::check(&auth, &class, req.headers()).await {
+        Some(denied) => denied,
+        None => inner.call(req).await.unwrap_or_else(|e| match e {}),
     }
 }

@@ -14,39 +14,51 @@ use ds_protocol::headers::{
 };
 use ds_protocol::sse::DataEncoding;
 use ds_protocol::Offset;
+use futures::future::BoxFuture;
 
 use crate::error::ApiError;
 use crate::headers::{self as h, get};
-use crate::request::{body, read_query, stream_path};
+use crate::request::{body, read_query, stream_path, ReadQuery};
 use crate::AppState;
 
 type ApiResult = Result<Response, ApiError>;
 type LiveSlot = tokio::sync::OwnedSemaphorePermit;
 
-pub(crate) async fn stream(State(app): State<AppState>, req: Request) -> Response {
-    let result = dispatch(app, req).await;
-    result.unwrap_or_else(IntoResponse::into_response)
+/// The stream route. Routing is synchronous and each route's future is
+/// boxed on its own: a future holds its arguments for as long as it runs,
+/// so a chain of `async fn`s taking the `Request` would keep a copy of its
+/// head per level through a long-poll's whole wait; and inline, every
+/// request would carry the size of the largest route's future.
+pub(crate) fn stream(State(app): State<AppState>, req: Request) -> BoxFuture<'static, Response> {
+    let routed = route(app, req);
+    Box::pin(async move {
+        match routed {
+            Ok(run) => run.await.unwrap_or_else(IntoResponse::into_response),
+            Err(e) => e.into_response(),
+        }
+    })
 }
 
-async fn dispatch(app: AppState, req: Request) -> ApiResult {
+fn route(app: AppState, req: Request) -> Result<BoxFuture<'static, ApiResult>, ApiError> {
     let path = stream_path(req.uri())?;
-    // Each route's and method's future is boxed: held inline, every request
-    // (a long-poll held for its whole wait, too) would carry the size of the
-    // largest (a subscription operation's, an append's).
     if ds_protocol::path::is_reserved(&path) {
-        return Box::pin(crate::reserved::dispatch(app, path, req)).await;
+        return Ok(Box::pin(crate::reserved::dispatch(app, path, req)));
     }
-    match *req.method() {
-        Method::PUT => Box::pin(put(app, path, req)).await,
-        Method::POST => Box::pin(post(app, path, req)).await,
-        Method::GET => Box::pin(get_stream(app, path, req)).await,
-        Method::HEAD => Box::pin(head(app, path)).await,
-        Method::DELETE => {
-            Box::pin(app.service.delete(&path)).await?;
-            Ok(StatusCode::NO_CONTENT.into_response())
+    Ok(match *req.method() {
+        Method::PUT => Box::pin(put(app, path, req)),
+        Method::POST => Box::pin(post(app, path, req)),
+        Method::GET => {
+            let q = read_query(req.uri())?;
+            let inm = get(req.headers(), "if-none-match")?.map(str::to_owned);
+            Box::pin(get_stream(app, path, q, inm))
         }
-        _ => Err(ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "METHOD_NOT_ALLOWED", "method not allowed")),
-    }
+        Method::HEAD => Box::pin(head(app, path)),
+        Method::DELETE => Box::pin(async move {
+            app.service.delete(&path).await?;
+            Ok(StatusCode::NO_CONTENT.into_response())
+        }),
+        _ => return Err(ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "METHOD_NOT_ALLOWED", "method not allowed")),
+    })
 }
 
 pub(crate) async fn not_a_stream() -> Response {
@@ -180,11 +192,7 @@ async fn head(app: AppState, path: String) -> ApiResult {
     Ok(resp)
 }
 
-async fn get_stream(app: AppState, path: String, req: Request) -> ApiResult {
-    let q = read_query(req.uri())?;
-    let inm = get(req.headers(), "if-none-match")?.map(str::to_owned);
-    // Not held through a long-poll's wait.
-    drop(req);
+async fn get_stream(app: AppState, path: String, q: ReadQuery, inm: Option<String>) -> ApiResult {
     let live = q.live;
     let read = ReadRequest { path, offset: q.offset, live };
     // A live reader holds a slot until its response ends (refused with 503).
