@@ -55,6 +55,7 @@
 mod codec;
 mod error;
 mod handle;
+mod meta_cache;
 mod store;
 mod tables;
 mod touch;

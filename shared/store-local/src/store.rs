@@ -18,6 +18,7 @@ use tokio::sync::oneshot;
 
 use crate::error::{storage, OpenError};
 use crate::handle::DbHandle;
+use crate::meta_cache::CommittedMetas;
 use crate::tables::{self, CHUNKS, META, PRODUCERS, RECORDS};
 use crate::touch::TouchOverlay;
 use crate::writer::{self, Counters, Job, WriterStats};
@@ -35,6 +36,7 @@ pub const DB_FILE: &str = "streams.redb";
 pub struct LocalStore {
     db: Arc<DbHandle>,
     touches: Arc<TouchOverlay>,
+    metas: Arc<CommittedMetas>,
     counters: Arc<Counters>,
     jobs: Option<Sender<Job>>,
     writer: Option<JoinHandle<()>>,
@@ -64,16 +66,22 @@ impl LocalStore {
 
         let db = Arc::new(DbHandle::new(file, db));
         let touches = Arc::new(TouchOverlay::default());
+        let metas = Arc::new(CommittedMetas::default());
         let counters = Arc::new(Counters::default());
         let (tx, rx) = channel();
         let writer = {
-            let (db, touches, counters) = (Arc::clone(&db), Arc::clone(&touches), Arc::clone(&counters));
+            let state = writer::Shared {
+                touches: Arc::clone(&touches),
+                metas: Arc::clone(&metas),
+                counters: Arc::clone(&counters),
+            };
+            let db = Arc::clone(&db);
             std::thread::Builder::new()
                 .name("ds-store-local-writer".into())
-                .spawn(move || writer::run(db, rx, touches, counters))
+                .spawn(move || writer::run(db, rx, state))
                 .map_err(OpenError::Writer)?
         };
-        Ok(Self { db, touches, counters, jobs: Some(tx), writer: Some(writer) })
+        Ok(Self { db, touches, metas, counters, jobs: Some(tx), writer: Some(writer) })
     }
 
     /// What the writer has done so far (commits answered, fsyncs made).
@@ -118,6 +126,21 @@ impl StreamStore for LocalStore {
             touch.apply_to(meta);
         }
         Ok(meta)
+    }
+
+    /// Served from the metas the writer committed last when it has this
+    /// stream's (see `meta_cache`), else read like [`Self::read_meta`].
+    async fn read_meta_for_update(&self, stream: &StreamHandle) -> Result<Option<StreamMeta>, StoreError> {
+        // Overlay first, as in `read_meta`: the writer merges a flushed touch
+        // into the cache before it forgets the overlay entry.
+        let touch = self.touches.get(stream.path());
+        let Some(mut meta) = self.metas.get(stream.path()) else {
+            return self.read_meta(stream).await;
+        };
+        if let Some(touch) = touch {
+            touch.apply_to(&mut meta);
+        }
+        Ok(Some(meta))
     }
 
     async fn read_chunks(

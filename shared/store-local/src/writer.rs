@@ -30,6 +30,7 @@ use tokio::sync::oneshot;
 
 use crate::error::{commit_failure, replicate, storage};
 use crate::handle::DbHandle;
+use crate::meta_cache::CommittedMetas;
 use crate::tables::WriteTables;
 use crate::touch::{Touch, TouchOverlay};
 
@@ -72,16 +73,25 @@ pub(crate) struct Job {
     pub ack: oneshot::Sender<Result<(), StoreError>>,
 }
 
+/// What the writer shares with the store's readers.
+pub(crate) struct Shared {
+    pub touches: Arc<TouchOverlay>,
+    /// Fed after every durable batch, before its acknowledgements.
+    pub metas: Arc<CommittedMetas>,
+    pub counters: Arc<Counters>,
+}
+
 /// The writer thread body: runs until every sender is gone, then flushes the
 /// pending touches and returns (dropping its handle on the database).
-pub(crate) fn run(db: Arc<DbHandle>, jobs: Receiver<Job>, touches: Arc<TouchOverlay>, counters: Arc<Counters>) {
+pub(crate) fn run(db: Arc<DbHandle>, jobs: Receiver<Job>, shared: Shared) {
+    let touches = &*shared.touches;
     let mut last_flush = Instant::now();
     loop {
         let first = match jobs.recv_timeout(FLUSH_EVERY) {
             Ok(job) => job,
             Err(RecvTimeoutError::Timeout) => {
                 if !touches.is_empty() {
-                    write_batch(&db, Vec::new(), Some(&touches), &counters);
+                    write_batch(&db, Vec::new(), true, &shared);
                     last_flush = Instant::now();
                 }
                 continue;
@@ -105,26 +115,22 @@ pub(crate) fn run(db: Arc<DbHandle>, jobs: Receiver<Job>, touches: Arc<TouchOver
             last_flush = Instant::now();
         }
         let commits = batch.iter().map(|j| &j.writes).collect();
-        let outcomes = write_batch(&db, commits, flush.then_some(&*touches), &counters);
+        let outcomes = write_batch(&db, commits, flush, &shared);
         for (job, outcome) in batch.into_iter().zip(outcomes) {
             // The committer may have given up waiting; the outcome stands anyway.
             let _ = job.ack.send(outcome);
         }
     }
     if !touches.is_empty() {
-        write_batch(&db, Vec::new(), Some(&touches), &counters);
+        write_batch(&db, Vec::new(), true, &shared);
     }
 }
 
-/// Run `commits` (and, if given, the pending touches) in one durable
+/// Run `commits` (and, if `flush`, the pending touches) in one durable
 /// transaction. Returns one outcome per commit, in order.
-fn write_batch(
-    db: &DbHandle,
-    commits: Vec<&NetWrites>,
-    touches: Option<&TouchOverlay>,
-    counters: &Counters,
-) -> Vec<Result<(), StoreError>> {
-    let flushed = touches.map(TouchOverlay::snapshot).unwrap_or_default();
+fn write_batch(db: &DbHandle, commits: Vec<&NetWrites>, flush: bool, shared: &Shared) -> Vec<Result<(), StoreError>> {
+    let counters = &shared.counters;
+    let flushed = if flush { shared.touches.snapshot() } else { Vec::new() };
     counters.commits.fetch_add(commits.len() as u64, Ordering::Relaxed);
     if !commits.is_empty() {
         metrics::histogram!("ds_store_commit_batch_size").record(commits.len() as f64);
@@ -134,9 +140,10 @@ fn write_batch(
             if synced {
                 counters.syncs.fetch_add(1, Ordering::Relaxed);
             }
-            if let Some(touches) = touches {
-                touches.forget(&flushed);
-            }
+            // Cache first: a reader that finds the overlay entry gone must
+            // find the flushed touch in the cached meta.
+            shared.metas.batch_committed(&commits, &outcomes, &flushed);
+            shared.touches.forget(&flushed);
             outcomes
         }
         Err(e) => {
@@ -146,6 +153,7 @@ fn write_batch(
             if matches!(e, StoreError::Unavailable(_)) {
                 db.recover();
             }
+            shared.metas.clear();
             commits.iter().map(|_| Err(replicate(&e))).collect()
         }
     }
