@@ -111,6 +111,12 @@ impl JwtVerifier {
         v
     }
 
+    /// The principal of `token` if it was verified within the cache window
+    /// (and has not expired since); `None`: verify it with [`Self::verify`].
+    pub fn verified(&self, token: &str) -> Option<Arc<Principal>> {
+        self.cached(&crate::tokens::sha256(token), now_secs())
+    }
+
     fn cached(&self, digest: &[u8; 32], now: u64) -> Option<Arc<Principal>> {
         let cache = self.cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         cache.get(digest).filter(|(_, until)| now < *until).map(|(p, _)| p.clone())

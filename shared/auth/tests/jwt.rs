@@ -147,3 +147,31 @@ async fn static_tokens_and_jwts_side_by_side() {
         AuthSettings { tokens_json: Some(file.to_string()), ..AuthSettings::default() }.build().unwrap().unwrap();
     assert!(matches!(check(&only_static, &jwt).await, Err(AuthError::Invalid(_))));
 }
+
+#[tokio::test]
+async fn authenticate_now_settles_all_but_an_unverified_jwt() {
+    let token = ds_auth::tokens::generate();
+    let file = json!({"tokens": [{"name": "ci", "sha256": ds_auth::tokens::digest_hex(&token),
+        "streams": [{"prefix": "", "ops": ["read"]}]}]});
+    let auth =
+        AuthSettings { tokens_json: Some(file.to_string()), jwt_hs256_secret: Some(SECRET.to_vec()), ..settings() }
+            .build()
+            .unwrap()
+            .unwrap();
+    assert_eq!(auth.authenticate_now(None), Some(Err(AuthError::Missing)));
+    assert_eq!(auth.authenticate_now(Some("Basic dXNlcjpwdw==")), Some(Err(AuthError::NotBearer)));
+    assert_eq!(auth.authenticate_now(Some(&format!("Bearer {token}"))).unwrap().unwrap().subject, "ci");
+    assert!(matches!(auth.authenticate_now(Some("Bearer dst_unknown")), Some(Err(AuthError::Invalid(_)))));
+
+    let jwt = mint::hs256(SECRET, &mint::claims(ISS, AUD, "bob", &grants(), 60)).unwrap();
+    let header = format!("Bearer {jwt}");
+    assert_eq!(auth.authenticate_now(Some(&header)), None, "not verified yet: must go through verify");
+    let forged = format!(
+        "Bearer {}",
+        mint::hs256(b"another-secret-another-secret-0000", &mint::claims(ISS, AUD, "bob", &grants(), 60)).unwrap()
+    );
+    assert!(auth.authenticate(Some(&forged)).await.is_err());
+    assert_eq!(auth.authenticate_now(Some(&forged)), None, "a refused token is never remembered");
+    assert_eq!(auth.authenticate(Some(&header)).await.unwrap().subject, "bob");
+    assert_eq!(auth.authenticate_now(Some(&header)).unwrap().unwrap().subject, "bob", "verified: settled at once");
+}

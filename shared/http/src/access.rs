@@ -5,12 +5,39 @@
 //! error bodies from `error.rs`. The token is never logged: only the
 //! principal's subject.
 
+use std::sync::Arc;
+
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
-use ds_auth::Authenticator;
+use ds_auth::{AuthError, Authenticator, Op, Principal};
 
 use crate::classify::{Access, Class};
 use crate::error::ApiError;
+
+/// What the access check decided without waiting.
+pub(crate) enum Verdict {
+    /// Run the route.
+    Allow,
+    /// Answer this instead.
+    Deny(Response),
+    /// A token to verify first (see [`check`]).
+    Pending,
+}
+
+/// The access check when it needs no waiting: no credential needed, a static
+/// token, a malformed header, or a JWT verified recently.
+pub(crate) fn check_now(auth: &Authenticator, class: &Class, headers: &HeaderMap) -> Verdict {
+    let Access::Grants(needs) = &class.access else {
+        return Verdict::Allow;
+    };
+    match auth.authenticate_now(authorization(headers)) {
+        Some(authenticated) => match decide(class, needs, authenticated) {
+            Some(denied) => Verdict::Deny(denied),
+            None => Verdict::Allow,
+        },
+        None => Verdict::Pending,
+    }
+}
 
 /// The refusal to answer instead of running the route, if any.
 pub(crate) async fn check(auth: &Authenticator, class: &Class, headers: &HeaderMap) -> Option<Response> {
@@ -18,8 +45,15 @@ pub(crate) async fn check(auth: &Authenticator, class: &Class, headers: &HeaderM
         Access::Public | Access::OwnToken => return None,
         Access::Grants(needs) => needs,
     };
-    let header = headers.get(http::header::AUTHORIZATION).map(|v| v.to_str().unwrap_or(""));
-    let principal = match auth.authenticate(header).await {
+    decide(class, needs, auth.authenticate(authorization(headers)).await)
+}
+
+fn authorization(headers: &HeaderMap) -> Option<&str> {
+    headers.get(http::header::AUTHORIZATION).map(|v| v.to_str().unwrap_or(""))
+}
+
+fn decide(class: &Class, needs: &[(String, Op)], authenticated: Result<Arc<Principal>, AuthError>) -> Option<Response> {
+    let principal = match authenticated {
         Ok(p) => p,
         Err(e) => {
             tracing::debug!(route = class.route, reason = %e, "request not authenticated");

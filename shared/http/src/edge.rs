@@ -85,7 +85,13 @@ where
             let fresh = self.inner.clone();
             let mut inner = std::mem::replace(&mut self.inner, fresh);
             match (&self.edge.access, class) {
-                (Some(auth), Some(class)) => Answer::AfterAccess(Box::pin(guarded(auth.clone(), class, req, inner))),
+                // Most requests carry a token the check can settle at once:
+                // they run the route as if access control were off.
+                (Some(auth), Some(class)) => match access::check_now(auth, &class, req.headers()) {
+                    access::Verdict::Allow => Answer::Route(inner.call(req)),
+                    access::Verdict::Deny(denied) => Answer::Now(denied),
+                    access::Verdict::Pending => Answer::AfterAccess(Box::pin(guarded(auth.clone(), class, req, inner))),
+                },
                 _ => Answer::Route(inner.call(req)),
             }
         };
@@ -107,11 +113,12 @@ where
 
 /// How the edge answers a request.
 enum Answer<F> {
-    /// Without running a route (CORS preflight).
+    /// Without running a route (CORS preflight, access denied).
     Now(Response),
     /// The route's own future.
     Route(F),
-    /// The access check, then the route (boxed: it holds the request).
+    /// The access check that must wait (a JWT to verify), then the route
+    /// (boxed: it holds the request).
     AfterAccess(BoxFuture<'static, Response>),
 }
 
