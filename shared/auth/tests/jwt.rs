@@ -126,8 +126,9 @@ async fn configuration_is_checked() {
     assert!(AuthSettings::default().build().unwrap().is_none(), "nothing configured: access control off");
 }
 
-#[tokio::test]
-async fn static_tokens_and_jwts_side_by_side() {
+/// A static token "ci" (read on everything), the tokens file that names it,
+/// and an authenticator taking it and HS256 JWTs.
+fn static_token_and_hs256() -> (String, serde_json::Value, Authenticator) {
     let token = ds_auth::tokens::generate();
     let file = json!({"tokens": [{"name": "ci", "sha256": ds_auth::tokens::digest_hex(&token),
         "streams": [{"prefix": "", "ops": ["read"]}]}]});
@@ -136,6 +137,12 @@ async fn static_tokens_and_jwts_side_by_side() {
             .build()
             .unwrap()
             .unwrap();
+    (token, file, auth)
+}
+
+#[tokio::test]
+async fn static_tokens_and_jwts_side_by_side() {
+    let (token, file, auth) = static_token_and_hs256();
     let p = auth.authenticate(Some(&format!("Bearer {token}"))).await.unwrap();
     assert_eq!(p.subject, "ci");
     assert!(p.grants.allows("x", Op::Read) && !p.grants.allows("x", Op::Write));
@@ -150,14 +157,7 @@ async fn static_tokens_and_jwts_side_by_side() {
 
 #[tokio::test]
 async fn authenticate_now_settles_all_but_an_unverified_jwt() {
-    let token = ds_auth::tokens::generate();
-    let file = json!({"tokens": [{"name": "ci", "sha256": ds_auth::tokens::digest_hex(&token),
-        "streams": [{"prefix": "", "ops": ["read"]}]}]});
-    let auth =
-        AuthSettings { tokens_json: Some(file.to_string()), jwt_hs256_secret: Some(SECRET.to_vec()), ..settings() }
-            .build()
-            .unwrap()
-            .unwrap();
+    let (token, _, auth) = static_token_and_hs256();
     assert_eq!(auth.authenticate_now(None), Some(Err(AuthError::Missing)));
     assert_eq!(auth.authenticate_now(Some("Basic dXNlcjpwdw==")), Some(Err(AuthError::NotBearer)));
     assert_eq!(auth.authenticate_now(Some(&format!("Bearer {token}"))).unwrap().unwrap().subject, "ci");

@@ -90,23 +90,9 @@ mod tests {
     use super::*;
 
     fn meta(path: &str, version: u64) -> StreamMeta {
-        StreamMeta {
-            path: path.into(),
-            incarnation: "i".into(),
-            version,
-            content_type: "text/plain".into(),
-            created_at_ms: 0,
-            tail: 0,
-            closed: false,
-            closed_by: None,
-            ttl_secs: None,
-            expires_at_ms: None,
-            touched_at_ms: 0,
-            last_stream_seq: None,
-            fork: None,
-            ref_count: 0,
-            soft_deleted: false,
-        }
+        let mut meta = ds_core::contract::fixtures::new_meta(path);
+        (meta.incarnation, meta.version, meta.touched_at_ms) = ("i".into(), version, 0);
+        meta
     }
 
     fn put(path: &str, version: u64) -> NetWrites {
