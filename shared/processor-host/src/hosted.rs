@@ -86,6 +86,9 @@ pub trait HostedRunner: Send + Sync {
     async fn catch_up(&self) -> Result<DriveReport, RunnerError>;
     async fn drain(&self, deadline_ms: u64) -> DrainReport;
     fn runtime_state(&self) -> RuntimeState;
+    /// The stream life the runner processes; a runner whose life is over
+    /// says nothing about the stream's current one.
+    fn incarnation(&self) -> &str;
     /// The persisted reduction's state, as JSON.
     fn state_json(&self) -> serde_json::Value;
     fn reducer_version(&self) -> String;
@@ -116,6 +119,10 @@ impl<P: Processor> HostedRunner for Runner<P> {
 
     fn runtime_state(&self) -> RuntimeState {
         Runner::runtime_state(self)
+    }
+
+    fn incarnation(&self) -> &str {
+        Runner::incarnation(self).as_str()
     }
 
     fn state_json(&self) -> serde_json::Value {

@@ -45,14 +45,20 @@ fn readings(inner: &Inner) -> Vec<Reading> {
         for slot in slots {
             let Some(runner) = slot.runner() else { continue };
             let state = runner.runtime_state();
-            let tail = slot.tail.get().max(state.highest_observed_position);
+            // A runner on a life that is over has processed none of the new one.
+            let (tail, acknowledged, reduced) = match slot.tail.of_life(runner.incarnation()) {
+                (tail, true) => {
+                    (tail.max(state.highest_observed_position), state.acknowledged_through, state.reduced_through)
+                }
+                (tail, false) => (tail, 0, 0),
+            };
             out.push(Reading {
                 stream: stream.clone(),
                 processor: slot.slug().to_owned(),
                 tail,
-                acknowledged: state.acknowledged_through,
-                reduced: state.reduced_through,
-                lag: tail.saturating_sub(state.acknowledged_through),
+                acknowledged,
+                reduced,
+                lag: tail.saturating_sub(acknowledged),
                 retry_count: state.retry_count,
             });
         }

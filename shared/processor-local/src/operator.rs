@@ -28,7 +28,11 @@ impl LocalOperator {
             Err(OperatorError::StreamNotFound { .. } | OperatorError::NotJson { .. }) => return Ok(None),
             Err(e) => return Err(e),
         };
-        Ok(Some(match slot.runner() {
+        // A runner still on a life that is over (the stream was re-created and
+        // the slot has not moved on yet) has processed nothing of this one:
+        // answer from this life's progress record, so its lag is not read
+        // against the old life's cursor.
+        Ok(Some(match slot.runner().filter(|r| r.incarnation() == meta.incarnation) {
             Some(runner) => ProcessorStatus::of_runner(&slot.registration, stream, meta.tail, &runner.runtime_state()),
             None => {
                 let stored = stored_progress(service, &meta, slot.slug()).await?;

@@ -31,8 +31,13 @@ impl Tail {
         }
     }
 
-    pub(crate) fn get(&self) -> u64 {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner).as_ref().map_or(0, |(_, t)| *t)
+    /// The last published tail, and whether it is of the life `incarnation`
+    /// (true too when nothing was published yet).
+    pub(crate) fn of_life(&self, incarnation: &str) -> (u64, bool) {
+        match self.0.lock().unwrap_or_else(PoisonError::into_inner).as_ref() {
+            Some((life, t)) => (*t, life == incarnation),
+            None => (0, true),
+        }
     }
 }
 

@@ -205,6 +205,11 @@ impl<P: Processor> Runner<P> {
         self.inner.view.runtime(self.inner.background.pending())
     }
 
+    /// The stream life this runner processes (fixed at open).
+    pub fn incarnation(&self) -> &StreamIncarnation {
+        &self.inner.incarnation
+    }
+
     /// Stops cleanly before `deadline_ms`: cancels in-flight blocking work
     /// (its event stays unacknowledged), checkpoints settled work, and arms
     /// the revival alarm if anything observed is still unacknowledged (an
