@@ -81,7 +81,9 @@ impl ProcessorOperator for LocalOperator {
         let running = self.inner.running();
         let registration = resolve(&running.registry, slug, stream)?;
         let meta = processed_stream(&running.service, stream).await?;
-        if let Some(runner) = self.inner.slot(stream, slug).and_then(|s| s.runner()) {
+        let runner = self.inner.slot(stream, slug).and_then(|s| s.runner());
+        // As in `status`: a runner on a life that is over shows nothing of this one.
+        if let Some(runner) = runner.filter(|r| r.incarnation() == meta.incarnation) {
             return Ok(runner_detail(registration, stream, meta.tail, runner.as_ref()));
         }
         let stored = stored_progress(&running.service, &meta, slug).await?;
