@@ -16,7 +16,9 @@
 //!   acknowledges each commit.
 //! - **Reads** never go through the writer: each opens its own MVCC read
 //!   transaction on tokio's blocking pool, concurrently with other reads and
-//!   with the writer.
+//!   with the writer. The one exception is the meta read that plans a
+//!   mutation (`read_meta_for_update`), served from the metas the writer
+//!   committed last when it has them (module `meta_cache`).
 //! - **touch** is an in-memory overlay merged into every read (so the sliding
 //!   TTL is exact within the process), written to disk about once a second,
 //!   piggybacked on a commit batch when there is one — never an fsync per read.
