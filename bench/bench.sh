@@ -30,6 +30,7 @@
 #   DS_BENCH_LAMBDA=0    skip the Lambda package section (zip sizes, init time)
 #   DS_LOAD_TARGET_DIR   cargo target dir for ds-load (default target-bench)
 #   DS_BENCH_PROCESSORS=0  skip bench/processors.sh (processor effect latency)
+#   DS_BENCH_SUBSCRIPTIONS=0  skip bench/subscriptions.sh (webhook latency)
 #   DS_BENCH_BASELINE    path of an earlier durable-streams binary, run as the
 #                        peers base-memory and base-local (A/B of a change;
 #                        DS_BENCH_ONLY=ours-memory,base-memory,ours-local,base-local)
@@ -194,6 +195,13 @@ fi
 if [ "$QUICK" != 1 ] && [ "$OURS" = 1 ] && [ "${DS_BENCH_PROCESSORS:-1}" != 0 ]; then
   DS_LOAD_TARGET_DIR="$LOAD_TARGET" bash "$ROOT/bench/processors.sh" >&2 \
     || say "WARNING: the processor latency section failed"
+fi
+
+# ---- subscription webhook latency (its own report with its own calibration line) ----
+if [ "$QUICK" != 1 ] && [ "$OURS" = 1 ] && [ "${DS_BENCH_SUBSCRIPTIONS:-1}" != 0 ]; then
+  # ds-load and the server were built above.
+  DS_LOAD_TARGET_DIR="$LOAD_TARGET" DS_BENCH_NO_BUILD=1 bash "$ROOT/bench/subscriptions.sh" >&2 \
+    || say "WARNING: the subscription webhook latency section failed"
 fi
 
 say "report: $OUT ($(( $(date +%s) - START_S )) s)"

@@ -51,6 +51,13 @@ pub fn is_busy(others: Option<f64>) -> bool {
     others.is_some_and(|o| o > BUSY_LIMIT)
 }
 
+/// CPU time (user + system, reaped children included) process `pid` has
+/// used so far, in seconds.
+pub fn process_cpu_secs(pid: u32) -> Option<f64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    Some(parse_pid_stat(&text)? as f64 / ticks_per_second())
+}
+
 /// USER_HZ: the unit of /proc's CPU times (100 on every mainstream Linux;
 /// `getconf CLK_TCK` says otherwise if not).
 fn ticks_per_second() -> f64 {

@@ -7,8 +7,9 @@
 //! payloads, `workloads` holds P1–P4 and P7, `raw` is the lean HTTP/1.1
 //! driver of the throughput workloads, `server` spawns servers and measures
 //! P6, `calibrate` measures the tool's ceiling against `sink`, `cpu` is the
-//! busy-machine guard, `processor` the processor effect latency, `bench` runs the interleaved rounds and `report`
-//! renders the tables.
+//! busy-machine guard, `processor` the processor effect latency, `webhook`
+//! the subscription webhook latency, `bench` runs the interleaved rounds and
+//! `report` renders the tables.
 
 pub mod aws;
 pub mod aws_cost;
@@ -27,4 +28,5 @@ pub mod server;
 pub mod sink;
 pub mod sse;
 pub mod stats;
+pub mod webhook;
 pub mod workloads;

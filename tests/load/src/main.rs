@@ -74,6 +74,30 @@ enum Cmd {
         #[arg(long)]
         pid: Option<u32>,
     },
+    /// Subscription webhook latency: append acknowledged → the webhook
+    /// notification received by ds-load's own receiver (127.0.0.1, port 0).
+    /// The server must allow loopback webhook URLs.
+    WebhookLatency {
+        #[arg(long)]
+        base: String,
+        #[arg(long, default_value = "/v1/stream")]
+        prefix: String,
+        /// The stream appended to (default: a new name per run).
+        #[arg(long)]
+        stream: Option<String>,
+        /// The subscription's id (default: a new one per run; deleted at the end).
+        #[arg(long)]
+        subscription: Option<String>,
+        #[arg(long, default_value_t = 1000)]
+        iterations: usize,
+        /// Milliseconds before each append: the previous wake's auto-ack
+        /// commits meanwhile, so each sample is one wake from idle.
+        #[arg(long, default_value_t = 5)]
+        settle_ms: u64,
+        /// The server's PID (its CPU per iteration; excluded from the busy-machine figure).
+        #[arg(long)]
+        pid: Option<u32>,
+    },
     /// The trivial server the calibration measures against (reads each
     /// body, answers 204); runs until killed.
     Sink {
@@ -253,6 +277,20 @@ async fn dispatch(cli: Cli) -> Result<i32> {
             let client = ds_load::client::Client::new(ds_load::client::Target::new(&base, &prefix))?;
             let settle = Duration::from_millis(settle_ms);
             let latency = ds_load::processor::run(&client, &source, &target, iterations, settle, pid).await?;
+            println!("{}", latency.markdown());
+            Ok(0)
+        }
+        Cmd::WebhookLatency { base, prefix, stream, subscription, iterations, settle_ms, pid } => {
+            let client = ds_load::client::Client::new(ds_load::client::Target::new(&base, &prefix))?;
+            let tag = unique_tag();
+            let params = ds_load::webhook::Params {
+                stream: stream.unwrap_or_else(|| format!("bench/webhook-{tag}")),
+                subscription: subscription.unwrap_or_else(|| format!("bench-{tag}")),
+                iterations,
+                settle: Duration::from_millis(settle_ms),
+                server_pid: pid,
+            };
+            let latency = ds_load::webhook::run(&client, &params).await?;
             println!("{}", latency.markdown());
             Ok(0)
         }
