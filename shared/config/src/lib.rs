@@ -15,6 +15,8 @@ pub enum ValueError {
     Size(String),
     #[error("{0:?} is too large")]
     Overflow(String),
+    #[error("{0:?} is not a switch like true, false, 1 or 0")]
+    Switch(String),
 }
 
 /// A setting read from the environment that is not in the dialect.
@@ -25,6 +27,16 @@ pub struct ConfigError {
     pub name: String,
     #[source]
     pub source: ValueError,
+}
+
+/// A switch: `true`/`1`/`yes`/`on` or `false`/`0`/`no`/`off` (any case),
+/// what the local server's flags take from the environment too.
+pub fn parse_switch(s: &str) -> Result<bool, ValueError> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "true" | "1" | "yes" | "on" => Ok(true),
+        "false" | "0" | "no" | "off" => Ok(false),
+        _ => Err(ValueError::Switch(s.to_owned())),
+    }
 }
 
 /// Split `"20s"` into `(20, "s")`; the number must be present.
@@ -102,6 +114,11 @@ impl<F: Fn(&str) -> Option<String>> Settings<F> {
     pub fn size(&self, name: &str) -> Result<Option<usize>, ConfigError> {
         self.parsed(name, parse_size_usize)
     }
+
+    /// A switch; unset reads as off.
+    pub fn switch(&self, name: &str) -> Result<bool, ConfigError> {
+        Ok(self.parsed(name, parse_switch)?.unwrap_or(false))
+    }
 }
 
 #[cfg(test)]
@@ -118,6 +135,23 @@ mod tests {
             assert_eq!(parse_duration(bad), Err(ValueError::Duration(bad.into())), "{bad:?}");
         }
         assert!(matches!(parse_duration("18446744073709551615h"), Err(ValueError::Overflow(_))));
+    }
+
+    #[test]
+    fn switches_read_both_ways_and_refuse_anything_else() {
+        for on in ["true", "1", "YES", " on "] {
+            assert_eq!(parse_switch(on), Ok(true), "{on:?}");
+        }
+        for off in ["false", "0", "No", "OFF"] {
+            assert_eq!(parse_switch(off), Ok(false), "{off:?}");
+        }
+        assert_eq!(parse_switch("2"), Err(ValueError::Switch("2".into())));
+        let env = Settings::new(|name: &str| (name == "X").then(|| "maybe".to_owned()));
+        assert_eq!(
+            env.switch("X").map_err(|e| e.to_string()),
+            Err("X: \"maybe\" is not a switch like true, false, 1 or 0".into())
+        );
+        assert_eq!(env.switch("UNSET"), Ok(false));
     }
 
     #[test]

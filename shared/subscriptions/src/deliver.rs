@@ -49,7 +49,12 @@ impl Subscriptions {
             // A wake issued by the outcome (work arrived meanwhile, or `done`
             // left some) is delivered by the run the scheduler was asked for.
             Ok(_) | Err(crate::SubscriptionError::NotFound) => {}
-            Err(e) => tracing::warn!(subscription = %rec.id, error = %e, "could not record a delivery"),
+            Err(e) => {
+                // Nothing else arms it while it was being sent (`arm`): look
+                // again shortly, to record or send it again.
+                tracing::warn!(subscription = %rec.id, error = %e, "could not record a delivery");
+                self.inner.scheduler.wake_at(&rec.id, self.now_ms() + 1000).await;
+            }
         }
     }
 

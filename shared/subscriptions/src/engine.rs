@@ -36,22 +36,41 @@ pub struct SubscriptionsConfig {
     pub url_policy: UrlPolicy,
     /// Whole-request timeout of one webhook delivery.
     pub webhook_timeout: Duration,
+    /// This process is the only one changing subscriptions in its store (the
+    /// local server), so a transition may start from the record it cached.
+    /// `false` where several processes serve them (the Lambda functions,
+    /// several servers on one table): every transition reads the record,
+    /// since a decision that writes nothing (a `409 FENCED`, an "already
+    /// claimed", nothing to do) taken on an older copy would not be caught
+    /// by the conditional write.
+    pub sole_writer: bool,
 }
 
 impl Default for SubscriptionsConfig {
     fn default() -> Self {
-        Self { url_policy: UrlPolicy::default(), webhook_timeout: Duration::from_secs(10) }
+        Self { url_policy: UrlPolicy::default(), webhook_timeout: Duration::from_secs(10), sole_writer: true }
     }
 }
 
 type Cached = Stored<Arc<SubscriptionRecord>>;
+
+/// What one commit asks of the cached subscriptions.
+struct StreamChange {
+    /// Subscriptions whose pattern matches a stream they do not link yet.
+    to_link: Vec<String>,
+    /// Subscriptions with pending work on the stream and no wake in flight.
+    to_run: Vec<String>,
+    /// Where a newly linked stream starts: position 0 of the commit's life.
+    at: Tail,
+}
 
 pub(crate) struct Inner {
     pub service: StreamService,
     pub keys: KeyRing,
     pub http: EgressClient,
     pub policy: UrlPolicy,
-    scheduler: Arc<dyn WakeScheduler>,
+    pub scheduler: Arc<dyn WakeScheduler>,
+    sole_writer: bool,
     cache: Mutex<HashMap<String, Cached>>,
     locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// Wake ids whose notification is being sent (one sender per wake).
@@ -92,6 +111,7 @@ impl Subscriptions {
             http,
             policy: cfg.url_policy,
             scheduler,
+            sole_writer: cfg.sole_writer,
             cache: Mutex::default(),
             locks: Mutex::default(),
             delivering: Mutex::default(),
@@ -167,12 +187,19 @@ impl Subscriptions {
         wake.is_some_and(|(w, delivered)| w == wake_id && !delivered)
     }
 
+    /// Cache `rec` read or written at `revision`, unless a newer revision
+    /// is cached (a read without the subscription's lock, such as `GET`,
+    /// may finish after a transition wrote a newer one).
     pub(crate) fn remember(&self, revision: u64, rec: SubscriptionRecord) -> Arc<SubscriptionRecord> {
         let rec = Arc::new(rec);
+        let mut cache = lock(&self.inner.cache);
+        if cache.get(&rec.id).is_some_and(|c| c.revision > revision) {
+            return rec;
+        }
         if rec.is_deleted() {
-            lock(&self.inner.cache).remove(&rec.id);
+            cache.remove(&rec.id);
         } else {
-            lock(&self.inner.cache).insert(rec.id.clone(), Stored { revision, value: Arc::clone(&rec) });
+            cache.insert(rec.id.clone(), Stored { revision, value: Arc::clone(&rec) });
         }
         rec
     }
@@ -210,8 +237,12 @@ impl Subscriptions {
     ) -> SubResult<(T, Arc<SubscriptionRecord>)> {
         let guard = self.id_lock(id);
         let _held = guard.lock().await;
-        let mut cached =
-            lock(&self.inner.cache).get(id).map(|c| Stored { revision: c.revision, value: Arc::clone(&c.value) });
+        let mut cached = match self.inner.sole_writer {
+            true => {
+                lock(&self.inner.cache).get(id).map(|c| Stored { revision: c.revision, value: Arc::clone(&c.value) })
+            }
+            false => None,
+        };
         for _ in 0..ATTEMPTS {
             let current = match cached.take() {
                 Some(c) => c,
@@ -241,12 +272,22 @@ impl Subscriptions {
         Err(SubscriptionError::Contention)
     }
 
-    /// Tell the scheduler when `rec` is due next.
+    /// Tell the scheduler when `rec` is due next. A wake this process is
+    /// sending is not asked for again: its sender records the outcome, and
+    /// that transition arms the next time (asking "now" meanwhile only made
+    /// the scheduler run the subscription over and over until the webhook
+    /// answered).
     pub(crate) async fn arm(&self, rec: &SubscriptionRecord, now: i64) {
         match machine::next_due(rec, now) {
+            Some(_) if self.sending(rec) => {}
             Some(at) => self.inner.scheduler.wake_at(&rec.id, at).await,
             None => self.inner.scheduler.cancel(&rec.id).await,
         }
+    }
+
+    /// Whether `rec`'s undelivered wake is being sent by this process.
+    fn sending(&self, rec: &SubscriptionRecord) -> bool {
+        rec.wake.as_ref().is_some_and(|w| !w.delivered && lock(&self.inner.delivering).contains(&w.wake_id))
     }
 
     pub(crate) async fn disarm(&self, id: &str) {
@@ -254,34 +295,17 @@ impl Subscriptions {
     }
 
     /// A commit changed the stream at `path` (called after the commit, by the
-    /// host's hub tap or change feed). Links a stream the pattern matches the
-    /// first time it is seen, at position 0 of its incarnation (so the data
-    /// of the commit that created it is pending), and runs subscriptions that
-    /// now have pending work and no wake in flight. Never blocks: work is
-    /// spawned.
+    /// host's hub tap). Links a stream the pattern matches the first time it
+    /// is seen, at position 0 of its incarnation (so the data of the commit
+    /// that created it is pending), and runs subscriptions that now have
+    /// pending work and no wake in flight. Never blocks: work is spawned.
     pub fn on_stream_changed(&self, path: &str, signal: &TailSignal) {
-        if signal.deleted || ds_protocol::path::is_reserved(path) {
-            return;
-        }
-        let mut to_link = Vec::new();
-        let mut to_run = Vec::new();
-        for (id, c) in lock(&self.inner.cache).iter() {
-            let rec = &c.value;
-            match rec.links.get(path) {
-                Some(link) if rec.wake.is_none() && signal.tail > link.acked_for(&signal.incarnation) => {
-                    to_run.push(id.clone());
-                }
-                Some(_) => {}
-                None if rec.glob_matches(path) => to_link.push(id.clone()),
-                None => {}
-            }
-        }
-        for id in to_link {
-            let (this, path, at) =
-                (self.clone(), path.to_owned(), Tail { incarnation: signal.incarnation.clone(), tail: 0 });
+        let change = self.plan_stream_change(path, signal);
+        for id in change.to_link {
+            let (this, path, at) = (self.clone(), path.to_owned(), change.at.clone());
             tokio::spawn(async move { this.link_discovered(&id, &path, &at).await });
         }
-        for id in to_run {
+        for id in change.to_run {
             if lock(&self.inner.poked).insert(id.clone()) {
                 let this = self.clone();
                 tokio::spawn(async move {
@@ -294,7 +318,101 @@ impl Subscriptions {
         }
     }
 
+    /// [`Self::on_stream_changed`] for a host whose work must be finished
+    /// when the call returns (a serverless invocation that is frozen once it
+    /// answers): the same links and runs, awaited. The cache must hold every
+    /// live subscription ([`Self::refresh`]) for new streams to be linked.
+    pub async fn stream_changed(&self, path: &str, signal: &TailSignal) -> SubResult<()> {
+        let change = self.plan_stream_change(path, signal);
+        let mut first_error = None;
+        for id in change.to_link {
+            if let Err(e) = self.link_and_run(&id, path, &change.at).await {
+                first_error.get_or_insert(e);
+            }
+        }
+        for id in change.to_run {
+            match self.run_due(&id).await {
+                Ok(()) | Err(SubscriptionError::NotFound) => {}
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// Which cached subscriptions a commit to `path` concerns.
+    fn plan_stream_change(&self, path: &str, signal: &TailSignal) -> StreamChange {
+        let at = Tail { incarnation: signal.incarnation.clone(), tail: 0 };
+        let mut change = StreamChange { to_link: Vec::new(), to_run: Vec::new(), at };
+        if signal.deleted || ds_protocol::path::is_reserved(path) {
+            return change;
+        }
+        for (id, c) in lock(&self.inner.cache).iter() {
+            let rec = &c.value;
+            match rec.links.get(path) {
+                // Also with a wake in flight: the transition ending it may
+                // have read the tails before this commit, and the run (after
+                // that transition, under the subscription's lock) sees the
+                // data and wakes again.
+                Some(link) if signal.tail > link.acked_for(&signal.incarnation) => {
+                    change.to_run.push(id.clone());
+                }
+                Some(_) => {}
+                None if rec.glob_matches(path) => change.to_link.push(id.clone()),
+                None => {}
+            }
+        }
+        change
+    }
+
+    /// Make the cache hold exactly the live subscriptions of the store's
+    /// index: records not cached yet are read, deleted ones dropped. A host
+    /// fed by the store's change stream calls it before matching commits,
+    /// since subscriptions are created by other processes. One read of the
+    /// index, plus one per subscription new to this process.
+    pub async fn refresh(&self) -> SubResult<()> {
+        let ids = store::read_index(self.store()).await?.map(|i| i.value.ids).unwrap_or_default();
+        let missing: Vec<String> = {
+            let mut cache = lock(&self.inner.cache);
+            cache.retain(|id, _| ids.contains(id));
+            ids.iter().filter(|id| !cache.contains_key(*id)).cloned().collect()
+        };
+        for id in missing {
+            self.fetch(&id).await?;
+        }
+        Ok(())
+    }
+
+    /// The record of `id` was changed by another process (its change came
+    /// through the store's change stream): read it again, then look at it
+    /// ([`Self::run_due`]): that delivers a wake the change issued and
+    /// arms the record's next time. A deleted subscription's time is
+    /// cancelled.
+    pub async fn record_changed(&self, id: &str) -> SubResult<()> {
+        let guard = self.id_lock(id);
+        let live = {
+            let _held = guard.lock().await;
+            self.fetch(id).await?.is_some_and(|s| !s.value.is_deleted())
+        };
+        if live {
+            self.run_due(id).await
+        } else {
+            lock(&self.inner.cache).remove(id);
+            self.disarm(id).await;
+            Ok(())
+        }
+    }
+
     async fn link_discovered(&self, id: &str, path: &str, at: &Tail) {
+        match self.link_and_run(id, path, at).await {
+            Ok(()) | Err(SubscriptionError::NotFound) => {}
+            Err(e) => tracing::warn!(subscription = %id, error = %e, "could not link a new stream"),
+        }
+    }
+
+    /// Link `path` (matched by `id`'s pattern) at `at`, then run `id`.
+    async fn link_and_run(&self, id: &str, path: &str, at: &Tail) -> SubResult<()> {
         let linked = self
             .transition(id, |rec, _, _, _| {
                 if !rec.glob_matches(path) || rec.links.contains_key(path) {
@@ -309,13 +427,10 @@ impl Subscriptions {
             })
             .await;
         // The new link's tail is read by the next transition.
-        let result = match linked {
+        match linked {
             Ok(_) => self.run_due(id).await,
+            Err(SubscriptionError::NotFound) => Ok(()),
             Err(e) => Err(e),
-        };
-        match result {
-            Ok(()) | Err(SubscriptionError::NotFound) => {}
-            Err(e) => tracing::warn!(subscription = %id, error = %e, "could not link a new stream"),
         }
     }
 }

@@ -37,8 +37,9 @@ pub use api::{literal_prefix, PutOutcome};
 pub use config::{Config, Kind, DEFAULT_LEASE_TTL_MS, MAX_DESCRIPTION_BYTES, MAX_LEASE_TTL_MS, MIN_LEASE_TTL_MS};
 pub use engine::{Subscriptions, SubscriptionsConfig};
 pub use error::{SubResult, SubscriptionError};
-pub use schedule::{InProcWakes, WakeScheduler};
+pub use schedule::{FeedWakes, InProcWakes, WakeScheduler};
 pub use signing::{FileKeyStore, KeyRing, KeyStore, MemoryKeyStore, RecordKeyStore};
+pub use store::subscription_of_record;
 pub use tap::{tap_hub, ChangeTap};
 pub use webhook_url::UrlPolicy;
 

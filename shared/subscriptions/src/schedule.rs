@@ -7,9 +7,10 @@
 //!
 //! [`InProcWakes`] is the in-process implementation (tokio timers, due ids
 //! on a channel the host drains) that the local server runs for every
-//! store. A serverless host would implement the trait with its own alarms
-//! (e.g. one scheduler entry per subscription) and call `run_due` from the
-//! alarm's handler.
+//! store. [`FeedWakes`] is for a front end that only serves the API while
+//! another host runs the subscriptions from the store's change stream (the
+//! HTTP function on AWS; the processor function delivers and keeps the
+//! times, `ds_processor_aws::subscriptions`).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -107,4 +108,19 @@ impl WakeScheduler for InProcWakes {
             old.handle.abort();
         }
     }
+}
+
+/// The scheduler of a front end that never runs subscriptions itself: it
+/// serves the API, and each transition it makes is a committed change of
+/// the subscription's record. The store's change stream brings that change
+/// to the host that runs subscriptions, which looks at the record
+/// (`Subscriptions::record_changed`): it delivers a wake the change issued
+/// and keeps the record's next time. So nothing is asked of this one, and
+/// no request waits on a delivery.
+pub struct FeedWakes;
+
+#[async_trait]
+impl WakeScheduler for FeedWakes {
+    async fn wake_at(&self, _id: &str, _at_ms: i64) {}
+    async fn cancel(&self, _id: &str) {}
 }

@@ -46,6 +46,14 @@ pub struct Index {
     pub ids: BTreeSet<String>,
 }
 
+/// The subscription whose state a keyed record is, if it is one: how a host
+/// fed by the store's change stream tells a subscription's change from
+/// other records.
+pub fn subscription_of_record<'a>(path: &'a str, incarnation: &str, key: &str) -> Option<&'a str> {
+    let id = path.strip_prefix(HOME)?.strip_prefix('/')?;
+    (incarnation == INCARNATION && key == STATE_KEY && crate::config::validate_id(id).is_ok()).then_some(id)
+}
+
 pub async fn read_subscription(
     store: &dyn StreamStore,
     id: &str,
@@ -88,4 +96,20 @@ pub fn put_subscription(rec: &SubscriptionRecord, expect: Option<u64>) -> Result
 pub fn put_index(index: &Index, expect: Option<u64>) -> Result<Op, StoreError> {
     let value = serde_json::to_vec(index).map_err(|e| corrupt("index", e))?;
     Ok(put(HOME.into(), INDEX_KEY, value, expect))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn state_records_name_their_subscription_and_nothing_else_does() {
+        assert_eq!(subscription_of_record("__ds/subscriptions/sub-1", "v1", "state"), Some("sub-1"));
+        assert_eq!(subscription_of_record(&sub_path("a.b"), INCARNATION, STATE_KEY), Some("a.b"));
+        assert_eq!(subscription_of_record(HOME, INCARNATION, INDEX_KEY), None, "the index");
+        assert_eq!(subscription_of_record("__ds/subscriptions/sub-1", "v1", "index"), None);
+        assert_eq!(subscription_of_record("__ds/subscriptions/sub-1", "v2", "state"), None);
+        assert_eq!(subscription_of_record("__ds/subscriptions/a/b", "v1", "state"), None, "not an id");
+        assert_eq!(subscription_of_record("orders/1", "v1", "state"), None);
+    }
 }
