@@ -67,6 +67,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         https: tls.is_some(),
         subscriptions: Some(subscriptions),
         processors: processors.as_ref().map(|p| p.operator()),
+        public_url: None,
     };
     let http = ds_http::HttpConfig {
         max_body_bytes: args.max_body_bytes,

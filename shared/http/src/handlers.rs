@@ -113,13 +113,13 @@ async fn put(app: AppState, path: String, req: Request) -> ApiResult {
     let headers = resp.headers_mut();
     stream_headers(headers, &out.meta);
     if out.created {
-        set(headers, "location", location(app.scheme, &parts_host, &path));
+        set(headers, "location", location(&app.base_url(&parts_host), &path));
     }
     Ok(resp)
 }
 
 /// The absolute URL of a created stream (`Location` must parse as a URL).
-fn location(scheme: &str, host: &str, path: &str) -> String {
+fn location(base: &str, path: &str) -> String {
     let encoded: String = path
         .bytes()
         .map(|b| match b {
@@ -127,7 +127,7 @@ fn location(scheme: &str, host: &str, path: &str) -> String {
             _ => format!("%{b:02X}"),
         })
         .collect();
-    format!("{scheme}://{host}/v1/stream/{encoded}")
+    format!("{base}/v1/stream/{encoded}")
 }
 
 /// Content-Type, Stream-Next-Offset, and Stream-Closed when closed.

@@ -73,6 +73,8 @@ pub(crate) struct AppInner {
     pub cfg: Arc<HttpConfig>,
     /// `http` or `https`: the scheme of `Location` URLs.
     pub scheme: &'static str,
+    /// [`Operations::public_url`].
+    pub public_url: Option<String>,
     /// The subscription engine (`None`: the `__ds` control APIs answer 501).
     pub subscriptions: Option<ds_subscriptions::Subscriptions>,
     pub live: live::LiveReaders,
@@ -98,6 +100,23 @@ pub struct Operations {
     /// The hosted processors, served by the operator API at
     /// `/v1/processors` (without: that API answers `404`).
     pub processors: Option<Arc<dyn ds_processor_host::ProcessorOperator>>,
+    /// Where clients reach this router, when the request's `Host` does not
+    /// say it all: scheme, host and path prefix (`https://streams.example`,
+    /// `http://127.0.0.1:9000/lambda-url/fn`), without a trailing `/`. The
+    /// base of `Location`, subscription callback and JWKS URLs; `None`:
+    /// `http(s)://<Host>`.
+    pub public_url: Option<String>,
+}
+
+impl AppInner {
+    /// The base URL of this router as clients reach it (see
+    /// [`Operations::public_url`]), for a request that named `host`.
+    pub(crate) fn base_url(&self, host: &str) -> String {
+        match &self.public_url {
+            Some(url) => url.clone(),
+            None => format!("{}://{host}", self.scheme),
+        }
+    }
 }
 
 /// The protocol router, open to everyone. Streams live under `/v1/stream/`;
@@ -117,6 +136,7 @@ pub fn router_with(service: StreamService, cfg: HttpConfig, ops: Operations) -> 
         service,
         cfg: Arc::new(cfg),
         scheme: if ops.https { "https" } else { "http" },
+        public_url: ops.public_url.as_ref().map(|u| u.trim_end_matches('/').to_owned()),
         subscriptions: ops.subscriptions.clone(),
         live,
     }));

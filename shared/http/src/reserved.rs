@@ -50,7 +50,7 @@ pub(crate) async fn dispatch(app: AppState, path: String, req: Request) -> ApiRe
     let (id, action) = sub.split_once('/').unwrap_or((sub, ""));
     let (id, action) = (id.to_owned(), action.to_owned());
     let (parts, raw) = req.into_parts();
-    let base_url = format!("{}://{}", app.scheme, request_host(&parts)?);
+    let base_url = app.base_url(&request_host(&parts)?);
     let auth = crate::headers::get(&parts.headers, "authorization")?.map(str::to_owned);
     let body = body(raw, app.cfg.max_body_bytes.min(MAX_CONTROL_BODY), app.cfg.body_read_timeout).await?;
     let no_content = || Ok(StatusCode::NO_CONTENT.into_response());

@@ -209,3 +209,22 @@ async fn idempotent_producer_retries_are_exactly_once() {
     assert_eq!(call(&a, "POST", "/v1/stream/p", &h("1"), b"b").await.status, StatusCode::OK);
     assert_eq!(call(&a, "GET", "/v1/stream/p", &[], b"").await.body, b"ab");
 }
+
+#[tokio::test]
+async fn a_public_url_is_the_base_of_location_urls() {
+    let (sub, _due) = ds_store_memory::memory_substrate();
+    let service = StreamService::new(sub, ServiceConfig::default());
+    let ops =
+        ds_http::Operations { public_url: Some("http://127.0.0.1:9/lambda-url/fn/".into()), ..Default::default() };
+    let app = App {
+        router: ds_http::router_with(service.clone(), ds_http::HttpConfig::default(), ops),
+        service,
+        clock: Arc::new(ManualClock(AtomicI64::new(0))),
+    };
+    let r = call(&app, "PUT", "/v1/stream/a%20b", &[("host", "internal:1")], b"").await;
+    assert_eq!(r.status, StatusCode::CREATED);
+    assert_eq!(r.header("location"), Some("http://127.0.0.1:9/lambda-url/fn/v1/stream/a%20b"));
+    let plain = default_app();
+    let r = call(&plain, "PUT", "/v1/stream/a", &[("host", "internal:1")], b"").await;
+    assert_eq!(r.header("location"), Some("http://internal:1/v1/stream/a"), "without it: the request's host");
+}
