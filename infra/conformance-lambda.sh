@@ -11,8 +11,14 @@
 #      stream with an S3 object is deleted and its object purged, a sliding TTL
 #      is re-armed twice by the same warm instance, malformed input fails the
 #      invocation;
-#   2. the conformance suite through the HTTP function's Function URL path
-#      (http://127.0.0.1:PORT/lambda-url/lambda-http, streamed responses);
+#   2. the conformance suite with its subscription tests through the HTTP
+#      function's Function URL path (http://127.0.0.1:PORT/lambda-url/lambda-http,
+#      streamed responses). Subscriptions run on the AWS plane: the HTTP
+#      function only serves their API; wakes, deliveries, leases and retries
+#      come from the processor function (one instance), which `lambda-pump`
+#      (tests/lambda-pump) feeds as Lambda's event source mappings would: the
+#      table's stream records filtered like the template's FilterCriteria, and
+#      the task queue's delayed messages (subscriptions' times);
 #   3. the processor function (one instance, an outbox named by DS_PROCESSORS)
 #      with `cargo lambda invoke` and a real DynamoDB Stream event: the table's
 #      stream records of appends made through the Function URL, filtered like
@@ -64,9 +70,14 @@ CALLS="$RUN/calls.json"
 export DS_AWS_ALARM_TARGET_ARN="arn:aws:lambda:us-east-1:000000000000:function:lambda-alarm"
 export DS_AWS_SCHEDULER_ROLE_ARN="arn:aws:iam::000000000000:role/durable-streams-scheduler"
 export DS_LONG_POLL_TIMEOUT=500ms RUST_LOG="${RUST_LOG:-warn}"
+# The suite's webhook receivers listen on 127.0.0.1 (development setting).
+export DS_WEBHOOK_ALLOW_LOOPBACK=1
 
 PORT="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()')"
 URL="http://127.0.0.1:$PORT/lambda-url/lambda-http"
+# The HTTP function's own URLs (Location, subscription callbacks, JWKS) name
+# the runtime emulator's Function URL path, as a custom domain would.
+export DS_PUBLIC_URL="$URL"
 say "cargo lambda watch --only-lambda-apis on 127.0.0.1:$PORT (log $RUN/watch.log)"
 cargo lambda watch --only-lambda-apis --invoke-address 127.0.0.1 --invoke-port "$PORT" >"$RUN/watch.log" 2>&1 &
 PIDS+=("$!")
@@ -78,7 +89,9 @@ INSTANCES=() # "function pid" of every instance: each must outlive the suite
 start_instances() { # FUNCTION COUNT: instances polling the runtime API for FUNCTION
   local i
   for i in $(seq 1 "$2"); do
-    AWS_LAMBDA_RUNTIME_API="http://127.0.0.1:$PORT/.rt/$1" AWS_LAMBDA_FUNCTION_NAME="$1" \
+    # An access key id of its own (moto takes any): the emulator counts each
+    # function's calls apart (calls-add NAME=KEY).
+    AWS_ACCESS_KEY_ID="ds-$1" AWS_LAMBDA_RUNTIME_API="http://127.0.0.1:$PORT/.rt/$1" AWS_LAMBDA_FUNCTION_NAME="$1" \
     AWS_LAMBDA_FUNCTION_VERSION=1 AWS_LAMBDA_FUNCTION_MEMORY_SIZE=512 \
     AWS_LAMBDA_LOG_GROUP_NAME="/aws/lambda/$1" AWS_LAMBDA_LOG_STREAM_NAME="instance-$i" \
       "$ROOT/target/debug/$1" >>"$RUN/$1.log" 2>&1 &
@@ -162,7 +175,17 @@ say "alarm: malformed input fails the invocation (so Scheduler retries, then dea
 tool calls-drop
 
 # ---- 2. conformance through the Function URL ---------------------------------
-say "conformance suite against $URL"
+# The subscription plane: the processor function (no processors of its own)
+# and the pump that plays its event sources.
+while IFS= read -r line; do export "${line?}"; done < <(tool processor-resources)
+start_instances lambda-processor 1
+PLANE_PID="${PIDS[${#PIDS[@]}-1]}"
+AWS_ACCESS_KEY_ID=ds-pump "$ROOT/target/debug/lambda-pump" "http://127.0.0.1:$PORT/2015-03-31/functions/lambda-processor/invocations" \
+  >"$RUN/pump.log" 2>&1 &
+PUMP_PID=$!
+PIDS+=("$PUMP_PID")
+tool calls-drop
+say "conformance suite (with subscriptions) against $URL"
 set +e
 # Every request here crosses cargo lambda's emulated runtime API and moto
 # (Python): hops production does not have. On a busy 2-core machine two or
@@ -180,7 +203,7 @@ dead_instance() {
   done
   return 1
 }
-DS_CONFORMANCE_LIST_SKIPPED=1 DS_CONFORMANCE_SLOWEST=10 setsid bash "$ROOT/tests/conformance/run.sh" --long-poll-timeout-ms 500 "$URL" -- --testTimeout=30000 \
+DS_CONFORMANCE_LIST_SKIPPED=1 DS_CONFORMANCE_SLOWEST=10 setsid bash "$ROOT/tests/conformance/run.sh" --subscriptions --long-poll-timeout-ms 500 "$URL" -- --testTimeout=30000 \
   >"$RUN/conformance.out" 2>"$RUN/conformance.err" &
 SUITE_PID=$!
 DEAD=""
@@ -196,7 +219,12 @@ set -e
 [ -z "$DEAD" ] || { tail -n 5 "$RUN/${DEAD% *}.log" >&2; fail "instance ${DEAD#* } of ${DEAD% *} exited during the suite (log: $RUN/${DEAD% *}.log)"; }
 grep -v '^SKIPPED: ' "$RUN/conformance.err" >&2 || true
 grep '^SKIPPED: ' "$RUN/conformance.err" | sed 's/^/conformance-lambda: /' >&2 || true
-tool calls-add "$CALLS" HttpFunction
+kill -0 "$PUMP_PID" 2>/dev/null || { tail -n 20 "$RUN/pump.log" >&2; fail "lambda-pump exited during the suite (log: $RUN/pump.log)"; }
+tool calls-add "$CALLS" HttpFunction=ds-lambda-http ProcessorFunction=ds-lambda-processor
+# The plane's instance and pump stop: the next step delivers by hand to an
+# instance with processors of its own.
+kill "$PUMP_PID" 2>/dev/null || true; wait "$PUMP_PID" 2>/dev/null || true
+kill "$PLANE_PID" 2>/dev/null || true; wait "$PLANE_PID" 2>/dev/null || true
 
 # ---- 3. the processor function with a real DynamoDB Stream event ----------------
 # An outbox (DS_PROCESSORS, as the template's Processors parameter passes it):

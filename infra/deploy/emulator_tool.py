@@ -6,6 +6,8 @@ python (boto3 against $AWS_ENDPOINT_URL, the local emulator only).
     emulator_tool.py objects               every key in $DS_AWS_BUCKET, one per line
     emulator_tool.py calls-add FILE NAME   add the emulator's call counts (read and reset)
                                            to FILE under NAME: {NAME: {service: {Operation: n}}}
+    emulator_tool.py calls-add FILE NAME=KEY...  the same, per process: the calls signed with
+                                           access key id KEY go under NAME, the rest are dropped
     emulator_tool.py calls-drop            reset the emulator's call counts
     emulator_tool.py processor-resources   create the processor function's queues and revival
                                            schedule group; print its DS_PROCESSOR_* settings
@@ -52,22 +54,31 @@ def objects():
             print(o["Key"])
 
 
-def take_calls():
+def take_counts():
     req = urllib.request.Request(f"{ENDPOINT}/_emulator/calls/reset", method="POST")
     with urllib.request.urlopen(req, timeout=10) as resp:
-        return json.load(resp)["calls"]
+        return json.load(resp)
 
 
-def calls_add(file, name):
-    calls = take_calls()
+def take_calls():
+    return take_counts()["calls"]
+
+
+def calls_add(file, *names):
+    """NAME: every call since the last take is NAME's; NAME=KEY (one or
+    more): the calls signed with access key KEY are NAME's, others dropped."""
+    counts = take_counts()
     data = {}
     if os.path.exists(file):
         with open(file, encoding="utf-8") as f:
             data = json.load(f)
-    mine = data.setdefault(name, {})
-    for service, ops in calls.items():
-        for op, n in ops.items():
-            mine.setdefault(service, {})[op] = mine.get(service, {}).get(op, 0) + n
+    for spec in names:
+        name, _, key = spec.partition("=")
+        calls = counts.get("by_key", {}).get(key, {}) if key else counts["calls"]
+        mine = data.setdefault(name, {})
+        for service, ops in calls.items():
+            for op, n in ops.items():
+                mine.setdefault(service, {})[op] = mine.get(service, {}).get(op, 0) + n
     with open(file, "w", encoding="utf-8") as f:
         json.dump(data, f, indent=1, sort_keys=True)
 
@@ -141,7 +152,7 @@ def main():
     elif cmd == "objects":
         objects()
     elif cmd == "calls-add":
-        calls_add(args[0], args[1])
+        calls_add(args[0], *args[1:])
     elif cmd == "calls-drop":
         take_calls()
     elif cmd == "processor-resources":

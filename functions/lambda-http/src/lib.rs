@@ -16,11 +16,21 @@
 //! Function URLs (`DS_AUTH_TOKENS`, `DS_JWT_HS256_SECRET`,
 //! `DS_JWT_PUBLIC_KEY`, `DS_JWKS_URL`, `DS_JWT_ISSUER`, `DS_JWT_AUDIENCE`,
 //! `DS_JWT_LEEWAY`, `DS_JWKS_REFRESH`: see `ds_auth::AuthSettings`),
-//! `DS_CORS_ORIGINS`, and `DS_METRICS_NAMESPACE` (CloudWatch EMF lines on
+//! `DS_CORS_ORIGINS`, `DS_PUBLIC_URL` (where clients reach the function,
+//! when not at `https://<Host>`: a custom domain with a path, or a runtime
+//! emulator's `http://127.0.0.1:PORT/lambda-url/NAME`; the base of
+//! `Location`, subscription callback and JWKS URLs), and `DS_METRICS_NAMESPACE` (CloudWatch EMF lines on
 //! stdout, default `DurableStreams`; `off` disables them).
 //!
 //! Processors ([`processors`]): `DS_PROCESSORS`, the TOML of a processors
 //! configuration, turns on the operator API at `/v1/processors`.
+//!
+//! Subscriptions ([`subscriptions`]): the `__ds` API is served here, and
+//! only served: deliveries, leases and retries run in the processor
+//! function, which the table's DynamoDB Stream brings every change of a
+//! subscription's record to (`ds_processor_aws::subscriptions`), so no
+//! request waits on a webhook. `DS_WEBHOOK_ALLOW_LOOPBACK` accepts webhook
+//! URLs on loopback (development and tests only; set it on both functions).
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -135,7 +145,9 @@ pub fn operations<F: Fn(&str) -> Option<String>>(env: &Settings<F>) -> anyhow::R
     let namespace = env.raw("DS_METRICS_NAMESPACE").unwrap_or_else(|| "DurableStreams".to_owned());
     let metrics: Option<Arc<dyn ds_http::Metrics>> =
         (namespace != "off").then(|| Arc::new(ds_metrics::emf::EmfMetrics::stdout(namespace)) as _);
+    let public_url = env.raw("DS_PUBLIC_URL").map(|u| public_url(&u)).transpose()?;
     Ok(ds_http::Operations {
+        public_url,
         access: access.map(Arc::new),
         cors,
         metrics,
@@ -144,6 +156,20 @@ pub fn operations<F: Fn(&str) -> Option<String>>(env: &Settings<F>) -> anyhow::R
         subscriptions: None,
         processors: None,
     })
+}
+
+/// `DS_PUBLIC_URL`, checked: an absolute `http(s)` URL with no query or
+/// fragment; a trailing `/` is dropped.
+fn public_url(raw: &str) -> anyhow::Result<String> {
+    let bad = |why: &str| anyhow::anyhow!("DS_PUBLIC_URL: {raw:?} {why}");
+    let url = url::Url::parse(raw.trim()).map_err(|e| bad(&format!("is not a URL: {e}")))?;
+    if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
+        return Err(bad("must be an http:// or https:// URL with a host"));
+    }
+    if url.query().is_some() || url.fragment().is_some() || !url.username().is_empty() {
+        return Err(bad("must have no query, fragment or credentials"));
+    }
+    Ok(url.as_str().trim_end_matches('/').to_owned())
 }
 
 /// The operator API's view of the processors named by `DS_PROCESSORS` (the
@@ -164,6 +190,29 @@ pub async fn processors<F: Fn(&str) -> Option<String>>(
     Ok(Some(Arc::new(ds_processor_host::OnDemandOperator::new(service.clone(), registry, None))))
 }
 
+/// The subscriptions API over `service` (see the crate docs): the engine
+/// with [`ds_subscriptions::FeedWakes`], the webhook signing key kept in the
+/// table (its public half is served at `__ds/jwks.json`).
+pub async fn subscriptions<F: Fn(&str) -> Option<String>>(
+    env: &Settings<F>,
+    service: &StreamService,
+) -> anyhow::Result<ds_subscriptions::Subscriptions> {
+    use ds_subscriptions::{FeedWakes, KeyRing, RecordKeyStore, Subscriptions, SubscriptionsConfig, UrlPolicy};
+    let allow_loopback = env.switch("DS_WEBHOOK_ALLOW_LOOPBACK")?;
+    if allow_loopback {
+        tracing::warn!("webhook URLs on loopback are allowed (DS_WEBHOOK_ALLOW_LOOPBACK): development only");
+    }
+    let keys = KeyRing::open(&RecordKeyStore::new(Arc::clone(&service.substrate().store)))
+        .await
+        .map_err(|e| anyhow::anyhow!("the webhook signing key: {e}"))?;
+    let cfg = SubscriptionsConfig {
+        url_policy: UrlPolicy { allow_loopback },
+        sole_writer: false,
+        ..SubscriptionsConfig::default()
+    };
+    Ok(Subscriptions::new(service.clone(), keys, cfg, Arc::new(FeedWakes))?)
+}
+
 /// [`operations`] from the process environment.
 pub fn operations_from_env() -> anyhow::Result<ds_http::Operations> {
     operations(&Settings::from_env())
@@ -176,6 +225,7 @@ pub async fn router_from_env() -> anyhow::Result<axum::Router> {
     let service = StreamService::new(aws.substrate(), service_config_from_env()?);
     let mut ops = operations_from_env()?;
     ops.processors = processors(&Settings::from_env(), &service).await?;
+    ops.subscriptions = Some(subscriptions(&Settings::from_env(), &service).await?);
     Ok(ds_http::router_with(service, http_config_from_env()?, ops))
 }
 
@@ -204,5 +254,18 @@ mod tests {
         let bad = Settings::new(|name: &str| (name == "DS_SSE_MAX_DURATION").then(|| "55000".to_owned()));
         let err = service_config(&bad).expect_err("a bare number has no unit");
         assert!(err.to_string().starts_with("DS_SSE_MAX_DURATION: "), "{err}");
+    }
+
+    #[test]
+    fn the_public_url_is_an_http_base_without_a_trailing_slash() {
+        assert_eq!(public_url("https://streams.example/").expect("ok"), "https://streams.example");
+        assert_eq!(
+            public_url("http://127.0.0.1:9000/lambda-url/lambda-http").expect("ok"),
+            "http://127.0.0.1:9000/lambda-url/lambda-http"
+        );
+        for bad in ["streams.example", "ftp://x", "https://x/?a=1", "https://u:p@x", "https://x/#f"] {
+            let err = public_url(bad).expect_err(bad).to_string();
+            assert!(err.starts_with("DS_PUBLIC_URL: "), "{err}");
+        }
     }
 }

@@ -1,7 +1,9 @@
 //! Lambda entry point of the processor function (logic: `ds-processor-aws`).
 //! One function for three event sources: the table's DynamoDB Stream,
 //! revival schedules (EventBridge Scheduler) and the background-task queue
-//! (SQS). Which processors run on which streams is [`deployment`]'s choice.
+//! (SQS). It also runs subscriptions (their wakes, leases and retries; the
+//! HTTP function only serves their API). Which processors run on which
+//! streams is [`deployment`]'s choice.
 
 use ds_processor_aws::{Deployment, TaskHandlers, Wiring};
 use ds_processors_builtin::Catalog;

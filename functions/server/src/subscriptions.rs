@@ -31,6 +31,9 @@ pub async fn start(args: &ServeArgs, service: &StreamService, tap: &ChangeTap) -
     }
     let cfg = SubscriptionsConfig {
         url_policy: UrlPolicy { allow_loopback: args.webhook_allow_loopback },
+        // A table may also be served by the Lambda functions or another
+        // server: read before deciding.
+        sole_writer: !matches!(args.store, StoreKind::Aws),
         ..SubscriptionsConfig::default()
     };
     let (wakes, due) = InProcWakes::new();

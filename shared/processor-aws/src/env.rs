@@ -7,15 +7,18 @@
 //! | `DS_PROCESSOR_SCHEDULE_GROUP` | the schedule group of revival alarms |
 //! | `DS_PROCESSOR_TASK_QUEUE_URL` | the SQS queue background tasks are handed to |
 //! | `DS_PROCESSOR_PARKED_QUEUE_URL` | the SQS queue unreadable stream records are parked in |
+//! | `DS_WEBHOOK_ALLOW_LOOPBACK` | subscriptions may call webhooks on loopback (`http://localhost`, `http://127.0.0.x`): development and tests only |
 
 use std::sync::Arc;
 
 use ds_core::{ServiceConfig, StreamService};
 use ds_store_aws::{AwsClients, AwsSubstrate};
+use ds_subscriptions::{KeyRing, RecordKeyStore, Subscriptions, SubscriptionsConfig, UrlPolicy, WakeScheduler};
 
 use crate::function::{Deployment, FunctionParts, ProcessorFunction, SqsParking, Wiring};
 use crate::host::HostConfig;
 use crate::revival::{RevivalSchedules, RevivalTarget};
+use crate::subscriptions::{DelayedQueue, QueuedWakes, SqsDelayedQueue, SubscriptionPlane};
 use crate::tasks::{SqsTaskQueue, TaskQueue};
 use crate::upkeep::UpkeepPolicy;
 
@@ -29,6 +32,11 @@ pub enum EnvError {
     /// The deployment could not be built (its configuration is wrong).
     #[error("the deployment: {0}")]
     Deployment(String),
+    #[error(transparent)]
+    Setting(#[from] ds_config::ConfigError),
+    /// The subscription plane could not start (its signing key unreadable).
+    #[error("subscriptions: {0}")]
+    Subscriptions(String),
 }
 
 fn required(name: &'static str) -> Result<String, EnvError> {
@@ -56,7 +64,10 @@ where
         role_arn: cfg.scheduler_role_arn.clone(),
     };
     let alarms = Arc::new(RevivalSchedules::new(aws_sdk_scheduler::Client::new(&sdk), target));
-    let parking = Arc::new(SqsParking::new(sqs, required("DS_PROCESSOR_PARKED_QUEUE_URL")?));
+    let parking = Arc::new(SqsParking::new(sqs.clone(), required("DS_PROCESSOR_PARKED_QUEUE_URL")?));
+    let policy = UrlPolicy { allow_loopback: ds_config::Settings::from_env().switch("DS_WEBHOOK_ALLOW_LOOPBACK")? };
+    let delayed = Arc::new(SqsDelayedQueue::new(sqs, required("DS_PROCESSOR_TASK_QUEUE_URL")?));
+    let subscriptions = subscription_plane(&service, delayed, policy).await.map_err(EnvError::Subscriptions)?;
     let deployment =
         deploy(Wiring { service: service.clone(), queue }).await.map_err(|e| EnvError::Deployment(e.to_string()))?;
     Ok(ProcessorFunction::new(FunctionParts {
@@ -67,5 +78,23 @@ where
         deployment,
         host: HostConfig::default(),
         upkeep: UpkeepPolicy::default(),
+        subscriptions: Some(subscriptions),
     }))
+}
+
+/// The subscription plane over `service`: the webhook signing key kept in
+/// the table (created by whichever function starts first), timers on
+/// `delayed`.
+pub async fn subscription_plane(
+    service: &StreamService,
+    delayed: Arc<dyn DelayedQueue>,
+    policy: UrlPolicy,
+) -> Result<SubscriptionPlane, String> {
+    let keys = RecordKeyStore::new(Arc::clone(&service.substrate().store));
+    let keys = KeyRing::open(&keys).await.map_err(|e| format!("the webhook signing key: {e}"))?;
+    let wakes = Arc::new(QueuedWakes::new(delayed));
+    let cfg = SubscriptionsConfig { url_policy: policy, sole_writer: false, ..SubscriptionsConfig::default() };
+    let engine = Subscriptions::new(service.clone(), keys, cfg, Arc::clone(&wakes) as Arc<dyn WakeScheduler>)
+        .map_err(|e| e.to_string())?;
+    Ok(SubscriptionPlane::new(engine, wakes))
 }

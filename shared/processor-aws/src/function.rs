@@ -3,7 +3,8 @@
 //! | event | what happens |
 //! | --- | --- |
 //! | DynamoDB Stream batch | chunk inserts ring their stream's doorbell: records of one stream coalesce into one catch-up of its processors; TTL removals are finished ([`crate::upkeep`]); seals and sweeps run when due. Answers `ReportBatchItemFailures` naming the first record of each stream that failed, so one bad stream does not hold the others. |
-//! | SQS batch | background tasks run ([`crate::tasks`]); failed messages are reported. |
+//! | DynamoDB Stream batch, subscriptions | record changes of subscriptions and doorbells go to the subscription plane ([`crate::subscriptions`]), after the processors |
+//! | SQS batch | background tasks run ([`crate::tasks`]), subscriptions' timer messages are looked at; failed messages are reported. |
 //! | revival schedule | the revival event is appended (once per arming) and the stream's processors catch up. |
 //!
 //! A record this function cannot read is **parked**: sent, with the reason,
@@ -11,7 +12,7 @@
 //! logged as an error, and the batch goes on; a retry could never read it,
 //! so failing the batch would only hold the shard.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -28,6 +29,7 @@ use serde_json::Value;
 use crate::host::{HostConfig, Processors};
 use crate::record::{sequence_number_of, Meaning, StreamEvent, StreamKey, StreamRecord};
 use crate::revival::RevivalInput;
+use crate::subscriptions::{StreamTail, SubscriptionDue, SubscriptionPlane};
 use crate::tasks::{SqsEvent, TaskHandlers, TaskQueue, TaskRunner};
 use crate::upkeep::{Upkeep, UpkeepPolicy};
 
@@ -98,6 +100,8 @@ pub struct FunctionParts {
     pub deployment: Deployment,
     pub host: HostConfig,
     pub upkeep: UpkeepPolicy,
+    /// Subscriptions run here (`None`: not by this function).
+    pub subscriptions: Option<SubscriptionPlane>,
 }
 
 /// An event the function does not know.
@@ -144,6 +148,7 @@ pub struct ProcessorFunction {
     upkeep: Upkeep,
     tasks: TaskRunner,
     parking: Arc<dyn RecordParking>,
+    subscriptions: Option<SubscriptionPlane>,
 }
 
 /// The doorbells of one stream within a batch.
@@ -151,6 +156,8 @@ struct Bell {
     first_sequence: String,
     incarnation: String,
     chunks: u32,
+    /// The newest tail the batch's chunks reached.
+    end: u64,
 }
 
 /// The invocation's deadline as Unix milliseconds. Lambda sends exactly
@@ -170,7 +177,7 @@ pub fn invocation_deadline(raw_ms: u64, now_ms: u64) -> u64 {
 
 impl ProcessorFunction {
     pub fn new(parts: FunctionParts) -> Self {
-        let FunctionParts { aws, service, alarms, parking, deployment, host, upkeep } = parts;
+        let FunctionParts { aws, service, alarms, parking, deployment, host, upkeep, subscriptions } = parts;
         Self {
             processors: Processors::new(service.clone(), deployment.registry, Arc::clone(&alarms), host),
             upkeep: Upkeep::new(aws.clone(), service.clone(), upkeep),
@@ -179,6 +186,7 @@ impl ProcessorFunction {
             service,
             alarms,
             parking,
+            subscriptions,
         }
     }
 
@@ -204,7 +212,7 @@ impl ProcessorFunction {
     async fn dispatch(&self, payload: Value, deadline_ms: u64) -> Result<Value, FunctionError> {
         match Invocation::classify(payload)? {
             Invocation::Stream(event) => Ok(to_json(&self.handle_stream(&event, deadline_ms).await)),
-            Invocation::Tasks(event) => Ok(to_json(&self.tasks.handle(&event).await)),
+            Invocation::Tasks(event) => Ok(to_json(&self.handle_sqs(event).await)),
             Invocation::Revival(input) => {
                 self.handle_revival(&input, deadline_ms).await?;
                 Ok(serde_json::json!({ "revived": input.slug, "path": input.path }))
@@ -217,6 +225,8 @@ impl ProcessorFunction {
         let mut failed: Vec<String> = Vec::new();
         let mut order: Vec<String> = Vec::new();
         let mut bells: HashMap<String, Bell> = HashMap::new();
+        // Subscriptions whose record changed, with the first such record.
+        let mut subscriptions: BTreeMap<String, String> = BTreeMap::new();
         for raw in &event.records {
             let record = match StreamRecord::parse(raw) {
                 Ok(record) => record,
@@ -235,32 +245,98 @@ impl ProcessorFunction {
                         failed.push(seq);
                     }
                 }
-                Ok(Meaning::Doorbell { stream, incarnation, .. }) => {
+                Ok(Meaning::Doorbell { stream, incarnation, end }) => {
                     let Some(path) = self.resolve(stream, &seq, &mut failed).await else { continue };
                     let bell = bells.entry(path.clone()).or_insert_with(|| {
                         order.push(path);
-                        Bell { first_sequence: seq, incarnation: incarnation.clone(), chunks: 0 }
+                        Bell { first_sequence: seq, incarnation: incarnation.clone(), chunks: 0, end: 0 }
                     });
-                    bell.incarnation = incarnation;
+                    if bell.incarnation != incarnation {
+                        (bell.incarnation, bell.end) = (incarnation, 0);
+                    }
                     bell.chunks += 1;
+                    bell.end = bell.end.max(end);
+                }
+                Ok(Meaning::RecordChanged { stream: StreamKey::Path(path), incarnation, key }) => {
+                    match ds_subscriptions::subscription_of_record(&path, &incarnation, &key) {
+                        Some(id) => {
+                            subscriptions.entry(id.to_owned()).or_insert(seq);
+                        }
+                        None => tracing::debug!(%seq, path, key, "a record change that is not a subscription's"),
+                    }
+                }
+                Ok(Meaning::RecordChanged { stream: StreamKey::HashedPartition(_), .. }) => {
+                    tracing::debug!(%seq, "a record change of a long path: no subscription lives there");
                 }
             }
         }
         for path in order {
-            let Some(bell) = bells.remove(&path) else { continue };
+            let Some(bell) = bells.get(&path) else { continue };
             if let Err(errors) = self.processors.wake(&path, Some(&bell.incarnation), deadline_ms).await {
                 for e in &errors {
                     tracing::error!(path, error = %e, "processing the stream failed; its records will be retried");
                 }
-                failed.push(bell.first_sequence);
+                failed.push(bell.first_sequence.clone());
             }
             self.upkeep.chunks_inserted(&path, bell.chunks).await;
         }
+        // After the processors: a slow webhook must not hold them up.
+        if let Some(plane) = &self.subscriptions {
+            let tails: BTreeMap<String, StreamTail> = bells
+                .iter()
+                .map(|(path, b)| (path.clone(), StreamTail { incarnation: b.incarnation.clone(), tail: b.end }))
+                .collect();
+            self.run_subscriptions(plane, &subscriptions, &tails, &bells, &mut failed).await;
+        }
         let mut response = DynamoDbEventResponse::default();
+        let mut seen = std::collections::HashSet::new();
+        failed.retain(|seq| seen.insert(seq.clone()));
         for seq in failed {
             let mut failure = DynamoDbBatchItemFailure::default();
             failure.item_identifier = Some(seq);
             response.batch_item_failures.push(failure);
+        }
+        response
+    }
+
+    /// The batch's subscription work (see [`crate::subscriptions`]): a
+    /// failure marks the first record of what failed, so it comes again.
+    async fn run_subscriptions(
+        &self,
+        plane: &SubscriptionPlane,
+        changed: &BTreeMap<String, String>,
+        tails: &BTreeMap<String, StreamTail>,
+        bells: &HashMap<String, Bell>,
+        failed: &mut Vec<String>,
+    ) {
+        let ids: Vec<String> = changed.keys().cloned().collect();
+        for (id, e) in plane.records_changed(&ids).await {
+            tracing::error!(subscription = %id, error = %e, "a subscription's change failed; its record will be retried");
+            failed.extend(changed.get(&id).cloned());
+        }
+        for (path, e) in plane.streams_changed(tails).await {
+            tracing::error!(path, error = %e, "waking subscriptions failed; the stream's records will be retried");
+            failed.extend(bells.get(&path).map(|b| b.first_sequence.clone()));
+        }
+    }
+
+    /// An SQS batch: subscriptions' timer messages go to the subscription
+    /// plane, the rest are background tasks.
+    async fn handle_sqs(&self, event: SqsEvent) -> aws_lambda_events::streams::SqsEventResponse {
+        let (due, tasks): (Vec<_>, Vec<_>) = match &self.subscriptions {
+            Some(_) => event.records.into_iter().partition(|m| SubscriptionDue::parse(&m.body).is_some()),
+            None => (Vec::new(), event.records),
+        };
+        let mut response = self.tasks.handle(&SqsEvent { records: tasks }).await;
+        let Some(plane) = &self.subscriptions else { return response };
+        for message in due {
+            let Some(due) = SubscriptionDue::parse(&message.body) else { continue };
+            if let Err(e) = plane.due(&due).await {
+                tracing::error!(subscription = %due.id, error = %e, "a subscription's time failed; its message comes again");
+                let mut failure = aws_lambda_events::streams::SqsBatchItemFailure::default();
+                failure.item_identifier = Some(message.message_id.clone());
+                response.batch_item_failures.push(failure);
+            }
         }
         response
     }

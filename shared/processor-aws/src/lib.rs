@@ -26,6 +26,7 @@ pub mod host;
 pub mod journal;
 pub mod record;
 pub mod revival;
+pub mod subscriptions;
 pub mod tasks;
 #[cfg(feature = "test-util")]
 pub mod test_util;

@@ -11,6 +11,9 @@
 //! - a `REMOVE` of a meta item by the table's TTL (`userIdentity` is the
 //!   DynamoDB service) is a **TTL removal**: the backstop deleted an expired
 //!   stream's meta item and left the rest to this function;
+//! - an `INSERT` or `MODIFY` of a keyed record (`sk` = `r#<incarnation>#<key>`)
+//!   is a **record change** (the filter lets through the records of
+//!   subscriptions, `ds_subscriptions::subscription_of_record`);
 //! - anything else is ignored (a broader filter, a manual delete).
 
 use std::collections::HashMap;
@@ -125,6 +128,8 @@ pub enum Meaning {
     Doorbell { stream: StreamKey, incarnation: String, end: u64 },
     /// The table's TTL removed this stream's meta item.
     TtlRemoved { meta: Box<StreamMeta> },
+    /// A keyed record of the stream (`ds_core::Record`) was written.
+    RecordChanged { stream: StreamKey, incarnation: String, key: String },
     /// Nothing for this host (e.g. a delete made by the HTTP function).
     Ignored { why: &'static str },
 }
@@ -152,6 +157,17 @@ impl StreamRecord {
                     .ok_or_else(|| layout("the chunk's sort key", format!("no end position in {sk:?}")))?;
                 Ok(Meaning::Doorbell { stream: stream_key(pk)?, incarnation: incarnation.to_owned(), end })
             }
+            EventName::Insert | EventName::Modify if sk.starts_with("r#") => {
+                let pk = string(keys, PK, "the record's keys")?;
+                let incarnation = schema::incarnation_from_sk(sk)
+                    .ok_or_else(|| layout("the record's sort key", format!("no incarnation in {sk:?}")))?;
+                let key = sk.strip_prefix(&schema::record_sk_prefix(incarnation)).unwrap_or_default();
+                Ok(Meaning::RecordChanged {
+                    stream: stream_key(pk)?,
+                    incarnation: incarnation.to_owned(),
+                    key: key.to_owned(),
+                })
+            }
             EventName::Remove if sk == schema::META_SK => {
                 let by_ttl = self.user_identity.as_ref().is_some_and(|u| u.principal_id == TTL_PRINCIPAL);
                 if !by_ttl {
@@ -167,7 +183,7 @@ impl StreamRecord {
                     .map_err(|e| layout("the removed meta item", e.to_string()))?;
                 Ok(Meaning::TtlRemoved { meta: Box::new(meta) })
             }
-            _ => Ok(Meaning::Ignored { why: "neither a chunk insert nor a TTL removal" }),
+            _ => Ok(Meaning::Ignored { why: "neither a chunk insert, a record change nor a TTL removal" }),
         }
     }
 }
@@ -301,6 +317,31 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn a_written_keyed_record_is_a_record_change_named_by_its_key() {
+        let sk = format!("{}state", schema::record_sk_prefix("v1"));
+        for event in ["INSERT", "MODIFY"] {
+            let r = record(json!({
+                "eventName": event,
+                "dynamodb": {"Keys": {"pk": {"S": schema::stream_pk("__ds/subscriptions/s1")}, "sk": {"S": sk}}, "SequenceNumber": "5"}
+            }));
+            match r.meaning() {
+                Ok(Meaning::RecordChanged { stream: StreamKey::Path(p), incarnation, key }) => {
+                    assert_eq!(
+                        (p.as_str(), incarnation.as_str(), key.as_str()),
+                        ("__ds/subscriptions/s1", "v1", "state")
+                    );
+                }
+                other => panic!("{event}: {other:?}"),
+            }
+        }
+        let removed = record(json!({
+            "eventName": "REMOVE",
+            "dynamodb": {"Keys": {"pk": {"S": "stream#a"}, "sk": {"S": sk}}, "SequenceNumber": "6"}
+        }));
+        assert!(matches!(removed.meaning(), Ok(Meaning::Ignored { .. })), "a removed record is no change to act on");
     }
 
     #[test]

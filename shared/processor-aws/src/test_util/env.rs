@@ -6,10 +6,13 @@ use aws_sdk_sqs::types::QueueAttributeName;
 use ds_core::{ServiceConfig, StreamService};
 use ds_store_aws::test_util::{config, endpoint, ensure_resources, ensure_schedule_group, sdk_config};
 use ds_store_aws::{AwsClients, AwsConfig, AwsSubstrate};
+use ds_subscriptions::UrlPolicy;
 
+use crate::env::subscription_plane;
 use crate::function::{Deployment, FunctionParts, ProcessorFunction, SqsParking, Wiring};
 use crate::host::HostConfig;
 use crate::revival::{RevivalSchedules, RevivalTarget};
+use crate::subscriptions::SqsDelayedQueue;
 use crate::tasks::{SqsTaskQueue, TaskQueue};
 use crate::upkeep::UpkeepPolicy;
 
@@ -118,7 +121,41 @@ impl ProcessorEnv {
         let alarms = Arc::new(RevivalSchedules::new(aws_sdk_scheduler::Client::new(&self.conf), self.revival_target()));
         let parking = Arc::new(SqsParking::new(self.sqs.clone(), self.parked_queue_url.clone()));
         let deployment = deploy(&Wiring { service: service.clone(), queue: self.task_queue() });
-        ProcessorFunction::new(FunctionParts { aws, service, alarms, parking, deployment, host, upkeep })
+        ProcessorFunction::new(FunctionParts {
+            aws,
+            service,
+            alarms,
+            parking,
+            deployment,
+            host,
+            upkeep,
+            subscriptions: None,
+        })
+    }
+
+    /// A processor function instance that also runs subscriptions, its
+    /// timers on the test's task queue; webhooks on loopback allowed (the
+    /// tests' receivers listen on 127.0.0.1).
+    pub async fn function_with_subscriptions(&self, deploy: impl FnOnce(&Wiring) -> Deployment) -> ProcessorFunction {
+        let aws = self.aws();
+        let service = StreamService::new(aws.substrate(), ServiceConfig::default());
+        let alarms = Arc::new(RevivalSchedules::new(aws_sdk_scheduler::Client::new(&self.conf), self.revival_target()));
+        let parking = Arc::new(SqsParking::new(self.sqs.clone(), self.parked_queue_url.clone()));
+        let delayed = Arc::new(SqsDelayedQueue::new(self.sqs.clone(), self.task_queue_url.clone()));
+        let plane = subscription_plane(&service, delayed, UrlPolicy { allow_loopback: true })
+            .await
+            .expect("the subscription plane starts");
+        let deployment = deploy(&Wiring { service: service.clone(), queue: self.task_queue() });
+        ProcessorFunction::new(FunctionParts {
+            aws,
+            service,
+            alarms,
+            parking,
+            deployment,
+            host: HostConfig::default(),
+            upkeep: UpkeepPolicy::default(),
+            subscriptions: Some(plane),
+        })
     }
 
     /// Bodies of the messages waiting in `queue_url` (received, then made

@@ -14,6 +14,10 @@
 //!   does (reported failures come back; the queue's redrive policy
 //!   dead-letters them).
 //!
+//! The pumps invoke anything that is [`Invoke`]: a [`ProcessorFunction`]
+//! in the test's process, or the function binary behind a Lambda runtime
+//! emulator (the `lambda-pump` test tool).
+//!
 //! [`ProcessorEnv`] gives each test its own table (so its own stream
 //! shard), bucket, schedule groups and queues on the shared emulator.
 
@@ -27,3 +31,27 @@ pub use env::{ProcessorEnv, TEST_MAX_RECEIVES, TEST_VISIBILITY_SECS};
 pub use scheduler::SchedulePump;
 pub use sqs::{SqsDelivery, SqsPump};
 pub use streams::{StreamDelivery, StreamPump};
+
+use crate::function::ProcessorFunction;
+
+/// What a pump hands events to: the function, wherever it runs.
+#[async_trait::async_trait]
+pub trait Invoke: Sync {
+    /// One invocation; `Err` is a failed invocation (the whole batch
+    /// comes again).
+    async fn invoke(&self, payload: serde_json::Value, deadline_ms: u64) -> Result<serde_json::Value, String>;
+}
+
+#[async_trait::async_trait]
+impl Invoke for ProcessorFunction {
+    async fn invoke(&self, payload: serde_json::Value, deadline_ms: u64) -> Result<serde_json::Value, String> {
+        self.handle(payload, deadline_ms).await.map_err(|e| e.to_string())
+    }
+}
+
+#[async_trait::async_trait]
+impl<T: Invoke + Send> Invoke for std::sync::Arc<T> {
+    async fn invoke(&self, payload: serde_json::Value, deadline_ms: u64) -> Result<serde_json::Value, String> {
+        T::invoke(self, payload, deadline_ms).await
+    }
+}

@@ -2,7 +2,7 @@
 //! the processor function (moto stores schedules but never fires them).
 
 use super::env::ProcessorEnv;
-use crate::function::ProcessorFunction;
+use super::Invoke;
 
 /// See the module docs.
 pub struct SchedulePump {
@@ -20,7 +20,12 @@ fn at_ms(expression: &str) -> Option<i64> {
 
 impl SchedulePump {
     pub fn new(env: &ProcessorEnv) -> Self {
-        Self { scheduler: aws_sdk_scheduler::Client::new(&env.conf), group: env.revival_group.clone() }
+        Self::for_group(&env.conf, &env.revival_group)
+    }
+
+    /// A pump of the schedules in `group`.
+    pub fn for_group(conf: &aws_config::SdkConfig, group: &str) -> Self {
+        Self { scheduler: aws_sdk_scheduler::Client::new(conf), group: group.to_owned() }
     }
 
     /// `(name, input, at_ms)` of every pending revival schedule.
@@ -43,14 +48,14 @@ impl SchedulePump {
     /// schedule is deleted once the invocation succeeded
     /// (`ActionAfterCompletion=DELETE`); a failed one stays. Returns how
     /// many invocations succeeded.
-    pub async fn fire_due(&self, function: &ProcessorFunction, now_ms: i64, deadline_ms: u64) -> usize {
+    pub async fn fire_due(&self, function: &impl Invoke, now_ms: i64, deadline_ms: u64) -> usize {
         let mut fired = 0;
         for (name, input, at) in self.pending().await {
             if at > now_ms {
                 continue;
             }
             let payload: serde_json::Value = serde_json::from_str(&input).expect("schedule input is JSON");
-            if function.handle(payload, deadline_ms).await.is_ok() {
+            if function.invoke(payload, deadline_ms).await.is_ok() {
                 let _ = self.scheduler.delete_schedule().name(&name).group_name(&self.group).send().await;
                 fired += 1;
             }

@@ -3,7 +3,7 @@
 use aws_sdk_sqs::types::MessageSystemAttributeName;
 use serde_json::{json, Value};
 
-use crate::function::ProcessorFunction;
+use super::Invoke;
 
 /// What one delivery did.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -64,12 +64,12 @@ impl SqsPump {
     /// Receives and delivers one batch: succeeded messages are deleted,
     /// reported failures made visible again at once (the test need not wait
     /// out the visibility timeout; the redrive policy counts receives).
-    pub async fn deliver(&self, function: &ProcessorFunction, deadline_ms: u64) -> SqsDelivery {
+    pub async fn deliver(&self, function: &impl Invoke, deadline_ms: u64) -> SqsDelivery {
         let (event, handles) = self.receive().await;
         if handles.is_empty() {
             return SqsDelivery::default();
         }
-        let answer = function.handle(event, deadline_ms).await;
+        let answer = function.invoke(event, deadline_ms).await;
         let failed: Vec<String> = match &answer {
             Ok(v) => v["batchItemFailures"]
                 .as_array()
@@ -103,7 +103,7 @@ impl SqsPump {
     }
 
     /// Delivers until the queue is empty or `rounds` deliveries ran.
-    pub async fn deliver_all(&self, function: &ProcessorFunction, deadline_ms: u64, rounds: usize) -> SqsDelivery {
+    pub async fn deliver_all(&self, function: &impl Invoke, deadline_ms: u64, rounds: usize) -> SqsDelivery {
         let mut total = SqsDelivery::default();
         for _ in 0..rounds {
             let d = self.deliver(function, deadline_ms).await;

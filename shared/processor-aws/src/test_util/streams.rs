@@ -9,8 +9,8 @@ use serde_json::{json, Map, Value};
 
 use super::env::ProcessorEnv;
 use super::template::{table_stream_source, TableStreamSource};
+use super::Invoke;
 use crate::filter;
-use crate::function::ProcessorFunction;
 use crate::record::TTL_PRINCIPAL;
 
 /// What one delivery did.
@@ -70,13 +70,18 @@ impl StreamPump {
     /// A pump from the start of the table's stream (the test's own table:
     /// every record is the test's).
     pub async fn new(env: &ProcessorEnv) -> Self {
-        let ddb = aws_sdk_dynamodb::Client::new(&env.conf);
-        let table = ddb.describe_table().table_name(&env.cfg.table).send().await.expect("describe table");
+        Self::for_table(&env.conf, &env.cfg.table).await
+    }
+
+    /// A pump from the start of `table`'s stream.
+    pub async fn for_table(conf: &aws_config::SdkConfig, table_name: &str) -> Self {
+        let ddb = aws_sdk_dynamodb::Client::new(conf);
+        let table = ddb.describe_table().table_name(table_name).send().await.expect("describe table");
         let stream_arn = table.table().and_then(|t| t.latest_stream_arn()).expect("the table has a stream").to_owned();
         Self {
-            streams: aws_sdk_dynamodbstreams::Client::new(&env.conf),
+            streams: aws_sdk_dynamodbstreams::Client::new(conf),
             ddb,
-            table: env.cfg.table.clone(),
+            table: table_name.to_owned(),
             stream_arn,
             iterator: None,
             source: table_stream_source(),
@@ -186,7 +191,7 @@ impl StreamPump {
     /// failure are acknowledged; that record and the ones after it stay
     /// for the next delivery (Lambda's `ReportBatchItemFailures`), until the
     /// template's `MaximumRetryAttempts` drops them.
-    pub async fn deliver(&mut self, function: &ProcessorFunction, deadline_ms: u64) -> StreamDelivery {
+    pub async fn deliver(&mut self, function: &impl Invoke, deadline_ms: u64) -> StreamDelivery {
         let filtered_out = self.fetch().await;
         let event = self.next_event();
         let n = event["Records"].as_array().map_or(0, Vec::len);
@@ -195,7 +200,7 @@ impl StreamPump {
             return report;
         }
         report.delivered = n;
-        let answer = function.handle(event.clone(), deadline_ms).await;
+        let answer = function.invoke(event.clone(), deadline_ms).await;
         let failed: Vec<String> = match &answer {
             Ok(v) => v["batchItemFailures"]
                 .as_array()
@@ -227,12 +232,7 @@ impl StreamPump {
     }
 
     /// Delivers until nothing is pending or `rounds` deliveries ran.
-    pub async fn deliver_all(
-        &mut self,
-        function: &ProcessorFunction,
-        deadline_ms: u64,
-        rounds: usize,
-    ) -> StreamDelivery {
+    pub async fn deliver_all(&mut self, function: &impl Invoke, deadline_ms: u64, rounds: usize) -> StreamDelivery {
         let mut total = StreamDelivery::default();
         for _ in 0..rounds {
             let d = self.deliver(function, deadline_ms).await;

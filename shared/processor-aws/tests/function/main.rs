@@ -7,4 +7,5 @@ mod common;
 mod builtin;
 mod crash;
 mod e2e;
+mod subscriptions;
 mod upkeep;
