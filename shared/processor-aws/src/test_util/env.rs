@@ -12,7 +12,7 @@ use crate::env::subscription_plane;
 use crate::function::{Deployment, FunctionParts, ProcessorFunction, SqsParking, Wiring};
 use crate::host::HostConfig;
 use crate::revival::{RevivalSchedules, RevivalTarget};
-use crate::subscriptions::SqsDelayedQueue;
+use crate::subscriptions::{SqsDelayedQueue, SubscriptionPlane};
 use crate::tasks::{SqsTaskQueue, TaskQueue};
 use crate::upkeep::UpkeepPolicy;
 
@@ -118,19 +118,7 @@ impl ProcessorEnv {
     ) -> ProcessorFunction {
         let aws = self.aws();
         let service = StreamService::new(aws.substrate(), ServiceConfig::default());
-        let alarms = Arc::new(RevivalSchedules::new(aws_sdk_scheduler::Client::new(&self.conf), self.revival_target()));
-        let parking = Arc::new(SqsParking::new(self.sqs.clone(), self.parked_queue_url.clone()));
-        let deployment = deploy(&Wiring { service: service.clone(), queue: self.task_queue() });
-        ProcessorFunction::new(FunctionParts {
-            aws,
-            service,
-            alarms,
-            parking,
-            deployment,
-            host,
-            upkeep,
-            subscriptions: None,
-        })
+        self.assemble(aws, service, deploy, host, upkeep, None)
     }
 
     /// A processor function instance that also runs subscriptions, its
@@ -139,23 +127,26 @@ impl ProcessorEnv {
     pub async fn function_with_subscriptions(&self, deploy: impl FnOnce(&Wiring) -> Deployment) -> ProcessorFunction {
         let aws = self.aws();
         let service = StreamService::new(aws.substrate(), ServiceConfig::default());
-        let alarms = Arc::new(RevivalSchedules::new(aws_sdk_scheduler::Client::new(&self.conf), self.revival_target()));
-        let parking = Arc::new(SqsParking::new(self.sqs.clone(), self.parked_queue_url.clone()));
         let delayed = Arc::new(SqsDelayedQueue::new(self.sqs.clone(), self.task_queue_url.clone()));
         let plane = subscription_plane(&service, delayed, UrlPolicy { allow_loopback: true })
             .await
             .expect("the subscription plane starts");
+        self.assemble(aws, service, deploy, HostConfig::default(), UpkeepPolicy::default(), Some(plane))
+    }
+
+    fn assemble(
+        &self,
+        aws: AwsSubstrate,
+        service: StreamService,
+        deploy: impl FnOnce(&Wiring) -> Deployment,
+        host: HostConfig,
+        upkeep: UpkeepPolicy,
+        subscriptions: Option<SubscriptionPlane>,
+    ) -> ProcessorFunction {
+        let alarms = Arc::new(RevivalSchedules::new(aws_sdk_scheduler::Client::new(&self.conf), self.revival_target()));
+        let parking = Arc::new(SqsParking::new(self.sqs.clone(), self.parked_queue_url.clone()));
         let deployment = deploy(&Wiring { service: service.clone(), queue: self.task_queue() });
-        ProcessorFunction::new(FunctionParts {
-            aws,
-            service,
-            alarms,
-            parking,
-            deployment,
-            host: HostConfig::default(),
-            upkeep: UpkeepPolicy::default(),
-            subscriptions: Some(plane),
-        })
+        ProcessorFunction::new(FunctionParts { aws, service, alarms, parking, deployment, host, upkeep, subscriptions })
     }
 
     /// Bodies of the messages waiting in `queue_url` (received, then made
