@@ -58,7 +58,8 @@ type Cached = Stored<Arc<SubscriptionRecord>>;
 struct StreamChange {
     /// Subscriptions whose pattern matches a stream they do not link yet.
     to_link: Vec<String>,
-    /// Subscriptions with pending work on the stream and no wake in flight.
+    /// Subscriptions with pending work on the stream (a wake in flight or
+    /// not: see `plan_stream_change`).
     to_run: Vec<String>,
     /// Where a newly linked stream starts: position 0 of the commit's life.
     at: Tail,
@@ -298,7 +299,8 @@ impl Subscriptions {
     /// host's hub tap). Links a stream the pattern matches the first time it
     /// is seen, at position 0 of its incarnation (so the data of the commit
     /// that created it is pending), and runs subscriptions that now have
-    /// pending work and no wake in flight. Never blocks: work is spawned.
+    /// pending work on it (a run finding a wake in flight changes nothing).
+    /// Never blocks: work is spawned.
     pub fn on_stream_changed(&self, path: &str, signal: &TailSignal) {
         let change = self.plan_stream_change(path, signal);
         for id in change.to_link {

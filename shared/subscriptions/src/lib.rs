@@ -10,9 +10,12 @@
 //!   change one conditional write ([`engine`]); transitions are pure
 //!   ([`machine`]);
 //! - commits reach the engine through [`Subscriptions::on_stream_changed`]
-//!   (in process: the hub tap, [`tap_hub`]);
+//!   (in process: the hub tap, [`tap_hub`]), or, for a host fed by the
+//!   store's change stream (the AWS processor function),
+//!   [`Subscriptions::stream_changed`] and [`Subscriptions::record_changed`];
 //! - later work (delivery now, a lease's end, a retry time) goes through the
-//!   [`WakeScheduler`] seam ([`InProcWakes`] in process), and the time is
+//!   [`WakeScheduler`] seam ([`InProcWakes`] in process; [`FeedWakes`] for a
+//!   front end that leaves the work to such a host), and the time is
 //!   persisted in the record so a restart re-arms it
 //!   ([`Subscriptions::start`]);
 //! - webhook URLs follow the SSRF rules ([`webhook_url`]); signing keys
