@@ -193,7 +193,7 @@ fi
 
 # ---- processor effect latency (its own report with its own calibration line) ----
 if [ "$QUICK" != 1 ] && [ "$OURS" = 1 ] && [ "${DS_BENCH_PROCESSORS:-1}" != 0 ]; then
-  DS_LOAD_TARGET_DIR="$LOAD_TARGET" bash "$ROOT/bench/processors.sh" >&2 \
+  DS_LOAD_TARGET_DIR="$LOAD_TARGET" DS_BENCH_NO_BUILD=1 bash "$ROOT/bench/processors.sh" >&2 \
     || say "WARNING: the processor latency section failed"
 fi
 

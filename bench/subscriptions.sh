@@ -21,38 +21,13 @@
 # dir for ds-load, default target-bench), DS_BENCH_NO_BUILD=1 (use the
 # binaries already built).
 set -euo pipefail
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-cd "$ROOT"
+NAME=subscriptions
+# shellcheck source=latency-common.sh
+. "$(dirname "${BASH_SOURCE[0]}")/latency-common.sh"
 ITERS="${DS_BENCH_SUB_ITERS:-1000}"
 SETTLE="${DS_BENCH_SUB_SETTLE_MS:-5}"
 STORES="${DS_BENCH_SUB_STORES:-local memory}"
 OUT="${DS_BENCH_SUB_OUT:-$ROOT/bench/results/$(date -u +%Y-%m-%d)-subscriptions.md}"
-CAL_SECS="${DS_BENCH_CALIBRATION_SECS:-2}"
-say() { echo "bench/subscriptions: $*" >&2; }
-
-WORK="$(mktemp -d)"
-PID=""
-cleanup() {
-  if [ -n "$PID" ]; then kill "$PID" 2>/dev/null || true; wait "$PID" 2>/dev/null || true; fi
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-
-LOAD_TARGET="${DS_LOAD_TARGET_DIR:-$ROOT/target-bench}"
-if [ "${DS_BENCH_NO_BUILD:-0}" != 1 ]; then
-  say "building ds-load and the release server"
-  CARGO_TARGET_DIR="$LOAD_TARGET" cargo build --release -q -p ds-load >&2
-  cargo build --release -q -p durable-streams >&2
-fi
-LOAD="$LOAD_TARGET/release/ds-load"
-BIN="$ROOT/target/release/durable-streams"
-LOAD_START="$(cut -d' ' -f1-3 /proc/loadavg | sed 's/ /, /g')"
-
-CALIBRATION="**Calibration:** skipped (DS_BENCH_CALIBRATION_SECS=0)."
-if [ "$CAL_SECS" != 0 ]; then
-  say "calibrating ds-load against the trivial server"
-  CALIBRATION="$("$LOAD" calibrate --secs "$CAL_SECS" --work-dir "$WORK" | grep -m1 '^\*\*Calibration:\*\*')"
-fi
 
 # One store: start the server, measure, stop it; prints the table.
 measure() {
