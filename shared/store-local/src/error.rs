@@ -13,6 +13,9 @@ pub enum OpenError {
     /// (including `DatabaseAlreadyOpen`: another handle holds it).
     #[error("opening the database: {0}")]
     Database(#[from] redb::Error),
+    /// The write-ahead log could not be read, replayed or emptied.
+    #[error("recovering from the log in {dir}: {source}")]
+    Recovery { dir: PathBuf, source: StoreError },
     #[error("starting the writer thread: {0}")]
     Writer(std::io::Error),
     /// The directory holds records of an earlier, unchecksummed format.
@@ -31,6 +34,11 @@ pub(crate) fn storage(e: impl Into<redb::Error>) -> StoreError {
         }
         other => StoreError::Backend(format!("local store: {other}")),
     }
+}
+
+/// A failed log or file operation (see [`storage`] for the wording).
+pub(crate) fn io_failure(e: std::io::Error) -> StoreError {
+    StoreError::Unavailable(io_reason(&e))
 }
 
 fn io_reason(io: &std::io::Error) -> String {

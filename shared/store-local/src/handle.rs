@@ -3,10 +3,11 @@
 //! Once a read or write of the file fails (a full disk, for one), redb
 //! refuses every later operation with `PreviousIo` until the database is
 //! closed and opened again. Without a reopen, one moment of `ENOSPC` would
-//! stop the store until the process restarts. The writer thread reopens the
-//! file right after a batch failed with an I/O error (redb recovers it to the
-//! last durable commit), and retries before each later batch while that
-//! fails; reads meanwhile answer `Unavailable`.
+//! stop the store until the process restarts. Before the batch after a failed
+//! one, the writer thread reopens the file (redb recovers it to its last
+//! durable commit) and replays the log on it ([`crate::redo::recover`]),
+//! retrying before each later batch while that fails; reads meanwhile answer
+//! `Unavailable`.
 
 use std::path::PathBuf;
 use std::sync::{Arc, PoisonError, RwLock};
@@ -34,33 +35,10 @@ impl DbHandle {
         })
     }
 
-    /// The open database, reopening it first if an earlier reopen failed
-    /// (the writer's entry point).
-    pub(crate) fn get_or_reopen(&self) -> Result<Arc<Database>, StoreError> {
-        match self.get() {
-            Ok(db) => Ok(db),
-            Err(_) => {
-                self.reopen()?;
-                self.get()
-            }
-        }
-    }
-
-    /// After a batch failed with an I/O error: reopen, since redb now refuses
-    /// all work (an error here is logged; the next write tries again).
-    pub(crate) fn recover(&self) {
-        if self.get().is_err() {
-            return; // a reopen just failed; `get_or_reopen` tries again
-        }
-        if let Err(e) = self.reopen() {
-            tracing::error!(error = %e, "local store: reopening after an I/O error failed; retrying on the next write");
-        }
-    }
-
     /// Close the database and open it again. Reads in flight hold their own
     /// handle for the length of one read transaction: wait for them, since
     /// redb opens a file only once.
-    fn reopen(&self) -> Result<(), StoreError> {
+    pub(crate) fn reopen(&self) -> Result<(), StoreError> {
         let old = self.current.write().unwrap_or_else(PoisonError::into_inner).take();
         if let Some(mut old) = old {
             let deadline = Instant::now() + Duration::from_secs(30);
@@ -81,7 +59,7 @@ impl DbHandle {
             }
         }
         let db = create_database(&self.file).map_err(storage)?;
-        tracing::warn!(file = %self.file.display(), "local store reopened after an I/O error");
+        tracing::warn!(file = %self.file.display(), "local store reopened after a failed batch");
         *self.current.write().unwrap_or_else(PoisonError::into_inner) = Some(Arc::new(db));
         Ok(())
     }

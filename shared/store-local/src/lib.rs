@@ -1,8 +1,10 @@
-//! The embedded durable default substrate: streams in one redb file.
+//! The embedded durable default substrate: streams in one redb file, with a
+//! write-ahead log in front of it.
 //!
 //! - [`LocalStore`]: a [`ds_core::StreamStore`] that is durable across
-//!   `kill -9`: when `commit` returns `Ok`, the commit is fsync'd. Opening the
-//!   directory after a crash recovers to the last durable commit.
+//!   `kill -9`: when `commit` returns `Ok`, the commit is fsync'd (in the
+//!   log). Opening the directory after a crash recovers every acknowledged
+//!   commit.
 //! - [`local_substrate`]: the store plus the in-process services of
 //!   `ds-inproc` (per-stream lock, hub, timer scheduler, registry).
 //!
@@ -12,8 +14,13 @@
 //!   syncing, checks each commit's preconditions in order against the
 //!   in-transaction state (the rules of `ds_core::fold`), applies
 //!   those that hold, answers the others `Conflict` (they write nothing and do
-//!   not affect the batch), commits the transaction with ONE fsync and then
-//!   acknowledges each commit.
+//!   not affect the batch), makes the batch durable with ONE `fdatasync` and
+//!   then acknowledges each commit.
+//! - **Log first** (modules `wal`, `redo`): the batch's applied net writes are
+//!   appended to `streams.wal` and synced (the commit point); the redb
+//!   transaction then commits without a sync. About once a second a
+//!   checkpoint commits the tables durably and empties the log; recovery
+//!   replays the log entries past the tables' last durable commit.
 //! - **Reads** never go through the writer: each opens its own MVCC read
 //!   transaction on tokio's blocking pool, concurrently with other reads and
 //!   with the writer. The one exception is the meta read that plans a
@@ -23,44 +30,42 @@
 //!   TTL is exact within the process), written to disk about once a second,
 //!   piggybacked on a commit batch when there is one — never an fsync per read.
 //! - Records carry a CRC-32, checked on every read; a corrupt one is
-//!   `StoreError::Backend` (never served).
-//! - A full disk answers `StoreError::Unavailable` with the reason; the file
-//!   is reopened after any I/O failure, so writes resume once space returns.
+//!   `StoreError::Backend` (never served). Log entries carry one too; a torn
+//!   last entry (a crash mid-write: never acknowledged) is cut off on open.
+//! - A full disk answers `StoreError::Unavailable` with the reason; after a
+//!   failed batch the file is reopened and the log replayed, so writes resume
+//!   once space returns.
 //! - Expiry alarms are not persisted: the host re-arms them from a
 //!   `list_streams` sweep at start-up (the core enforces expiry lazily anyway).
 //!
-//! # Why redb (measured)
+//! # Why redb, and why the log (measured)
 //! redb 4 is a pure-Rust, actively maintained, ACID embedded B-tree with MVCC
-//! readers, checksummed pages and a 1-phase commit that costs one fsync per
-//! write transaction — so the store's durable commit rate is the disk's sync
-//! rate, and group commit multiplies it. `examples/throughput.rs`
-//! (`cargo run --release -p ds-store-local --example throughput`) on the
-//! project machine (2 vCPU, virtio disk, ext4 on `/tmp`), 3 s per phase:
+//! readers and checksummed pages. Its durable commit writes every page the
+//! transaction dirtied and syncs them: on the project machine
+//! (`examples/throughput.rs`, 2 vCPU, virtio disk, ext4) one writer reached
+//! 3,783 durable commits/s where a raw `write(100 B)` + `fdatasync` loop
+//! reached 11,999/s, and 64 writers 15,355 commits/s (34 per sync). The
+//! same transactions committed without a sync ran at 12,771 and 32,381
+//! commits/s: the page writes and their sync were the cost, so the commit
+//! point moved to one sequential log append. Current figures:
+//! `cargo run --release -p ds-store-local --example throughput` (the bench
+//! reports in `bench/results/` give the HTTP-level ones).
 //!
-//! | measurement                                         | result            |
-//! |-----------------------------------------------------|-------------------|
-//! | raw `write(100 B)` + `fdatasync` loop (disk floor)  | 366 syncs/s       |
-//! | durable 100 B appends, 1 writer                     | 406 commits/s (1.0 per fsync) |
-//! | durable 100 B appends, 64 writers, own streams      | 13,311 commits/s (34.2 per fsync) |
-//! | durable 100 B appends, 64 writers, ONE stream       | 348 commits/s (the stream lock serializes) |
-//! | `read_chunks` 64 KiB budget, 1 reader               | 2,775 reads/s, 181 MB/s |
-//! | `read_chunks` 64 KiB budget, 16 readers             | 6,106 reads/s, 397 MB/s |
-//! | `read_meta`, 1 reader                               | 12,246 reads/s    |
-//!
-//! A single writer reaches the disk's sync floor (no extra fsync per commit),
-//! and 64 concurrent writers get 33× that through group commit. Appends to one
-//! stream stay bounded by one fsync each, because the core holds the stream's
-//! lock across its commit. Trade-off: after a crash redb verifies the whole
-//! file on open (time grows with the database size); redb's quick-repair mode
-//! would make that instant at the cost of a second fsync per commit.
+//! Appends to one stream stay bounded by one sync each, because the core
+//! holds the stream's lock across its commit. Trade-off: after a crash redb
+//! verifies the whole file on open (time grows with the database size), and
+//! the log written since the last checkpoint (about one second of commits)
+//! is replayed.
 
 mod codec;
 mod error;
 mod handle;
 mod meta_cache;
+mod redo;
 mod store;
 mod tables;
 mod touch;
+mod wal;
 mod writer;
 
 use std::path::Path;
@@ -71,6 +76,7 @@ use tokio::sync::mpsc::UnboundedReceiver;
 
 pub use error::OpenError;
 pub use store::{LocalStore, DB_FILE};
+pub use wal::WAL_FILE;
 pub use writer::WriterStats;
 
 /// The local substrate over the store in `dir` (created if missing), with the

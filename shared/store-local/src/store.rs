@@ -1,4 +1,4 @@
-//! [`LocalStore`]: the durable [`StreamStore`] over one redb file.
+//! [`LocalStore`]: the durable [`StreamStore`] over one redb file and its log.
 //!
 //! Writes go through the group-commit writer thread ([`crate::writer`]);
 //! reads open their own MVCC read transactions on the blocking pool, so they
@@ -19,17 +19,18 @@ use tokio::sync::oneshot;
 use crate::error::{storage, OpenError};
 use crate::handle::DbHandle;
 use crate::meta_cache::CommittedMetas;
-use crate::tables::{self, CHUNKS, META, PRODUCERS, RECORDS};
+use crate::tables::{self, CHUNKS, LOG, META, PRODUCERS, RECORDS};
 use crate::touch::TouchOverlay;
+use crate::wal::Wal;
 use crate::writer::{self, Counters, Job, WriterStats};
 
 /// File name of the database inside the store directory.
 pub const DB_FILE: &str = "streams.redb";
 
 /// Durable [`StreamStore`]: when `commit` returns `Ok`, the commit is on disk
-/// (fsync'd). Opening recovers from a crash (redb verifies its checksums and
-/// rolls back to the last durable commit). One process may open a directory
-/// at a time.
+/// (in the fsync'd log). Opening recovers from a crash (redb rolls back to its
+/// last durable commit, then the log is replayed on it). One process may open
+/// a directory at a time.
 ///
 /// Dropping the store stops the writer thread and waits for it (at most the
 /// batch in flight), so the directory can be reopened right after.
@@ -61,8 +62,13 @@ impl LocalStore {
             txn.open_table(CHUNKS).map_err(redb::Error::from)?;
             txn.open_table(PRODUCERS).map_err(redb::Error::from)?;
             txn.open_table(RECORDS).map_err(redb::Error::from)?;
+            txn.open_table(LOG).map_err(redb::Error::from)?;
         }
         txn.commit().map_err(redb::Error::from)?;
+        // Acknowledged commits not yet in redb's durable state are in the log.
+        let recovery = |source| OpenError::Recovery { dir: dir.to_owned(), source };
+        let mut wal = Wal::open(dir).map_err(|e| recovery(crate::error::io_failure(e)))?;
+        let next_lsn = crate::redo::recover(&db, &mut wal).map_err(recovery)? + 1;
 
         let db = Arc::new(DbHandle::new(file, db));
         let touches = Arc::new(TouchOverlay::default());
@@ -78,7 +84,7 @@ impl LocalStore {
             let db = Arc::clone(&db);
             std::thread::Builder::new()
                 .name("ds-store-local-writer".into())
-                .spawn(move || writer::run(db, rx, state))
+                .spawn(move || writer::run(db, wal, next_lsn, rx, state))
                 .map_err(OpenError::Writer)?
         };
         Ok(Self { db, touches, metas, counters, jobs: Some(tx), writer: Some(writer) })

@@ -6,6 +6,8 @@
 //!   chunks are a contiguous key range in position order.
 //! - `producers.v2`: (path, incarnation, producer id) → (epoch, last_seq, crc32).
 //! - `records.v2`: (path, incarnation, key) → (revision, crc32, value).
+//! - `log`: `"applied"` → the LSN of the last log entry the tables hold (see
+//!   [`crate::redo`]).
 //!
 //! Every value is checked on read (see [`crate::codec`]). The tables of the
 //! first format (`chunks`, `producers`, `records`: no checksums) are refused
@@ -32,6 +34,8 @@ pub(crate) const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta
 pub(crate) const CHUNKS: TableDefinition<ChunkKey, ChunkValue> = TableDefinition::new("chunks.v2");
 pub(crate) const PRODUCERS: TableDefinition<ProducerKey, ProducerValue> = TableDefinition::new("producers.v2");
 pub(crate) const RECORDS: TableDefinition<RecordKey, RecordValue> = TableDefinition::new("records.v2");
+pub(crate) const LOG: TableDefinition<&str, u64> = TableDefinition::new("log");
+const APPLIED: &str = "applied";
 /// The first format's tables, without checksums.
 const LEGACY_CHUNKS: TableDefinition<ChunkKey, &[u8]> = TableDefinition::new("chunks");
 const LEGACY_PRODUCERS: TableDefinition<ProducerKey, (u64, u64)> = TableDefinition::new("producers");
@@ -50,6 +54,15 @@ pub(crate) fn has_legacy_records(txn: &redb::ReadTransaction) -> Result<bool, re
         }
     }
     Ok(rows(txn, LEGACY_CHUNKS)? + rows(txn, LEGACY_PRODUCERS)? + rows(txn, LEGACY_RECORDS)? > 0)
+}
+
+/// The LSN of the last log entry in the tables (0: none yet).
+pub(crate) fn applied_lsn(txn: &redb::ReadTransaction) -> Result<u64, StoreError> {
+    match txn.open_table(LOG) {
+        Ok(table) => Ok(table.get(APPLIED).map_err(storage)?.map_or(0, |v| v.value())),
+        Err(redb::TableError::TableDoesNotExist(_)) => Ok(0),
+        Err(e) => Err(storage(e)),
+    }
 }
 
 pub(crate) fn get_meta(
@@ -211,6 +224,7 @@ pub(crate) struct WriteTables<'txn> {
     chunks: Table<'txn, ChunkKey, ChunkValue>,
     producers: Table<'txn, ProducerKey, ProducerValue>,
     records: Table<'txn, RecordKey, RecordValue>,
+    log: Table<'txn, &'static str, u64>,
 }
 
 impl<'txn> WriteTables<'txn> {
@@ -220,7 +234,14 @@ impl<'txn> WriteTables<'txn> {
             chunks: txn.open_table(CHUNKS).map_err(storage)?,
             producers: txn.open_table(PRODUCERS).map_err(storage)?,
             records: txn.open_table(RECORDS).map_err(storage)?,
+            log: txn.open_table(LOG).map_err(storage)?,
         })
+    }
+
+    /// Record that the tables now hold the log up to entry `lsn`.
+    pub(crate) fn set_applied_lsn(&mut self, lsn: u64) -> Result<(), StoreError> {
+        self.log.insert(APPLIED, lsn).map_err(storage)?;
+        Ok(())
     }
 
     /// Apply net writes whose preconditions were checked (wipes first, see

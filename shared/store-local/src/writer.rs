@@ -9,14 +9,16 @@
 //!    of the batch);
 //! 2. commits that hold are applied, the others are answered `Conflict` and
 //!    write nothing — a failed commit never affects its neighbours;
-//! 3. the transaction commits durably (`Durability::Immediate`), and only then
-//!    is each commit acknowledged.
+//! 3. the applied writes are appended to the log and synced (the commit
+//!    point), then the transaction commits without a sync, and only then is
+//!    each commit acknowledged (the protocol and recovery: [`crate::redo`]).
 //!
 //! So while one batch syncs, the next one accumulates: with N concurrent
 //! writers a sync is shared by up to N commits. If applying or syncing fails,
 //! the whole transaction is dropped and every commit of the batch gets the
-//! error (nothing of the batch is acknowledged as written). After an I/O
-//! failure the database is reopened (see [`crate::handle`]).
+//! error (nothing of the batch is acknowledged as written). After a failed
+//! batch the database is reopened and the log replayed before the next one
+//! (see [`crate::handle`]), since redb then forgets its non-durable commits.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
@@ -28,11 +30,13 @@ use ds_core::StoreError;
 use redb::{Database, Durability};
 use tokio::sync::oneshot;
 
-use crate::error::{commit_failure, replicate, storage};
+use crate::error::{commit_failure, io_failure, replicate, storage};
 use crate::handle::DbHandle;
 use crate::meta_cache::CommittedMetas;
+use crate::redo::{self, TouchWrite};
 use crate::tables::WriteTables;
 use crate::touch::{Touch, TouchOverlay};
+use crate::wal::{AppendError, Wal};
 
 /// Most commits in one transaction (bounds the latency a batch adds).
 pub(crate) const MAX_BATCH_COMMITS: usize = 1024;
@@ -40,13 +44,18 @@ pub(crate) const MAX_BATCH_COMMITS: usize = 1024;
 pub(crate) const MAX_BATCH_BYTES: usize = 32 << 20;
 /// How often pending touches are written to disk.
 pub(crate) const FLUSH_EVERY: Duration = Duration::from_secs(1);
+/// How often the tables are made durable and the log emptied under load (a
+/// checkpoint: one durable redb commit). Bounds the log replayed after a crash.
+pub(crate) const CHECKPOINT_EVERY: Duration = Duration::from_secs(1);
+/// Log size that triggers a checkpoint sooner.
+pub(crate) const CHECKPOINT_BYTES: u64 = 64 << 20;
 
 /// Counters of the writer's work, for tests and metrics.
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
     /// Commits answered (applied or refused).
     pub commits: AtomicU64,
-    /// Durable transactions committed (one fsync each).
+    /// Log entries synced (one `fdatasync` each).
     pub syncs: AtomicU64,
 }
 
@@ -55,8 +64,8 @@ pub(crate) struct Counters {
 pub struct WriterStats {
     /// Commits answered (applied or refused with `Conflict`).
     pub commits: u64,
-    /// Durable transactions committed, each with one fsync. Under concurrency
-    /// this is well below `commits`: that is the group commit.
+    /// Batches made durable, each with one log `fdatasync`. Under
+    /// concurrency this is well below `commits`: that is the group commit.
     pub syncs: u64,
 }
 
@@ -82,16 +91,18 @@ pub(crate) struct Shared {
 }
 
 /// The writer thread body: runs until every sender is gone, then flushes the
-/// pending touches and returns (dropping its handle on the database).
-pub(crate) fn run(db: Arc<DbHandle>, jobs: Receiver<Job>, shared: Shared) {
-    let touches = &*shared.touches;
+/// pending touches, checkpoints (so a clean shutdown leaves an empty log) and
+/// returns (dropping its handle on the database).
+pub(crate) fn run(db: Arc<DbHandle>, wal: Wal, next_lsn: u64, jobs: Receiver<Job>, shared: Shared) {
+    let mut writer = Writer { db, wal, next_lsn, last_checkpoint: Instant::now(), needs_recovery: false, shared };
     let mut last_flush = Instant::now();
     loop {
         let first = match jobs.recv_timeout(FLUSH_EVERY) {
             Ok(job) => job,
             Err(RecvTimeoutError::Timeout) => {
-                if !touches.is_empty() {
-                    write_batch(&db, Vec::new(), true, &shared);
+                // Idle: flush touches and make the tables durable.
+                if !writer.shared.touches.is_empty() || writer.wal.len() > 0 {
+                    writer.write_batch(Vec::new(), true, true);
                     last_flush = Instant::now();
                 }
                 continue;
@@ -114,85 +125,176 @@ pub(crate) fn run(db: Arc<DbHandle>, jobs: Receiver<Job>, shared: Shared) {
         if flush {
             last_flush = Instant::now();
         }
+        let checkpoint = writer.checkpoint_due();
         let commits = batch.iter().map(|j| &j.writes).collect();
-        let outcomes = write_batch(&db, commits, flush, &shared);
+        let outcomes = writer.write_batch(commits, flush, checkpoint);
         for (job, outcome) in batch.into_iter().zip(outcomes) {
             // The committer may have given up waiting; the outcome stands anyway.
             let _ = job.ack.send(outcome);
         }
     }
-    if !touches.is_empty() {
-        write_batch(&db, Vec::new(), true, &shared);
+    writer.write_batch(Vec::new(), true, true);
+}
+
+/// The writer thread's state.
+struct Writer {
+    db: Arc<DbHandle>,
+    wal: Wal,
+    /// LSN of the next log entry.
+    next_lsn: u64,
+    last_checkpoint: Instant,
+    /// A batch failed: reopen the database and replay the log before the next.
+    needs_recovery: bool,
+    shared: Shared,
+}
+
+/// What a batch did.
+struct Done {
+    outcomes: Vec<Result<(), StoreError>>,
+    /// A log entry was synced.
+    logged: bool,
+    /// The tables were committed durably: the log can be emptied.
+    checkpointed: bool,
+}
+
+/// A failed batch, and whether redb and the log may now disagree.
+struct Failed {
+    error: StoreError,
+    recover: bool,
+}
+
+impl From<StoreError> for Failed {
+    fn from(error: StoreError) -> Self {
+        Self { error, recover: true }
     }
 }
 
-/// Run `commits` (and, if `flush`, the pending touches) in one durable
-/// transaction. Returns one outcome per commit, in order.
-fn write_batch(db: &DbHandle, commits: Vec<&NetWrites>, flush: bool, shared: &Shared) -> Vec<Result<(), StoreError>> {
-    let counters = &shared.counters;
-    let flushed = if flush { shared.touches.snapshot() } else { Vec::new() };
-    counters.commits.fetch_add(commits.len() as u64, Ordering::Relaxed);
-    if !commits.is_empty() {
-        metrics::histogram!("ds_store_commit_batch_size").record(commits.len() as f64);
+impl Writer {
+    fn checkpoint_due(&self) -> bool {
+        self.wal.len() >= CHECKPOINT_BYTES || (self.wal.len() > 0 && self.last_checkpoint.elapsed() >= CHECKPOINT_EVERY)
     }
-    match db.get_or_reopen().and_then(|open| try_write_batch(&open, &commits, &flushed)) {
-        Ok((outcomes, synced)) => {
-            if synced {
-                counters.syncs.fetch_add(1, Ordering::Relaxed);
-            }
-            // Cache first: a reader that finds the overlay entry gone must
-            // find the flushed touch in the cached meta.
-            shared.metas.batch_committed(&commits, &outcomes, &flushed);
-            shared.touches.forget(&flushed);
-            outcomes
-        }
-        Err(e) => {
-            tracing::error!(error = %e, commits = commits.len(), "local store batch failed");
-            // I/O failures (the only `Unavailable` here) leave redb refusing
-            // all work until the file is reopened.
-            if matches!(e, StoreError::Unavailable(_)) {
-                db.recover();
-            }
-            shared.metas.clear();
-            commits.iter().map(|_| Err(replicate(&e))).collect()
-        }
-    }
-}
 
-fn try_write_batch(
-    db: &Database,
-    commits: &[&NetWrites],
-    touches: &[(String, Touch)],
-) -> Result<(Vec<Result<(), StoreError>>, bool), StoreError> {
-    let mut txn = db.begin_write().map_err(storage)?;
-    txn.set_durability(Durability::Immediate).map_err(storage)?;
-    let mut outcomes = Vec::with_capacity(commits.len());
-    let mut wrote = false;
-    {
-        let mut tables = WriteTables::open(&txn)?;
-        for writes in commits {
-            match writes.check(&tables) {
-                Ok(()) => {
-                    // An error here leaves the transaction half-applied; it is
-                    // dropped (aborted) by the `?`, so nothing of the batch lands.
-                    tables.apply(writes)?;
-                    wrote = true;
-                    outcomes.push(Ok(()));
+    /// The open database, first recovering from a failed batch if needed.
+    fn ready(&mut self) -> Result<Arc<Database>, StoreError> {
+        if self.needs_recovery {
+            self.db.reopen()?;
+            let db = self.db.get()?;
+            self.next_lsn = redo::recover(&db, &mut self.wal)? + 1;
+            self.needs_recovery = false;
+            self.last_checkpoint = Instant::now();
+            tracing::warn!("local store recovered after a failed batch (database reopened, log replayed)");
+            return Ok(db);
+        }
+        self.db.get()
+    }
+
+    /// Run `commits` (and, if `flush`, the pending touches) as one batch;
+    /// a `checkpoint` batch commits the tables durably and empties the log.
+    /// Returns one outcome per commit, in order.
+    fn write_batch(&mut self, commits: Vec<&NetWrites>, flush: bool, checkpoint: bool) -> Vec<Result<(), StoreError>> {
+        let flushed = if flush { self.shared.touches.snapshot() } else { Vec::new() };
+        let counters = Arc::clone(&self.shared.counters);
+        counters.commits.fetch_add(commits.len() as u64, Ordering::Relaxed);
+        if !commits.is_empty() {
+            metrics::histogram!("ds_store_commit_batch_size").record(commits.len() as f64);
+        }
+        let result = match self.ready() {
+            Ok(db) => self.try_write_batch(&db, &commits, &flushed, checkpoint),
+            Err(error) => Err(Failed { error, recover: false }),
+        };
+        match result {
+            Ok(done) => {
+                if done.logged {
+                    counters.syncs.fetch_add(1, Ordering::Relaxed);
                 }
-                Err(conflict) => outcomes.push(Err(conflict)),
+                // Cache first: a reader that finds the overlay entry gone must
+                // find the flushed touch in the cached meta.
+                self.shared.metas.batch_committed(&commits, &done.outcomes, &flushed);
+                self.shared.touches.forget(&flushed);
+                if done.checkpointed {
+                    self.last_checkpoint = Instant::now();
+                    // A failure only leaves entries the tables already hold
+                    // (replay skips them); the next checkpoint tries again.
+                    if let Err(e) = self.wal.clear() {
+                        tracing::error!(error = %e, "local store: emptying the log after a checkpoint failed");
+                    }
+                }
+                done.outcomes
+            }
+            Err(Failed { error, recover }) => {
+                tracing::error!(error = %error, commits = commits.len(), "local store batch failed");
+                self.needs_recovery |= recover;
+                self.shared.metas.clear();
+                commits.iter().map(|_| Err(replicate(&error))).collect()
             }
         }
-        for (path, touch) in touches {
-            wrote |= tables.apply_touch(path, &touch.incarnation, touch.at_ms)?;
+    }
+
+    fn try_write_batch(
+        &mut self,
+        db: &Database,
+        commits: &[&NetWrites],
+        touches: &[(String, Touch)],
+        checkpoint: bool,
+    ) -> Result<Done, Failed> {
+        let mut txn = db.begin_write().map_err(storage)?;
+        let durability = if checkpoint { Durability::Immediate } else { Durability::None };
+        txn.set_durability(durability).map_err(storage)?;
+        let mut outcomes = Vec::with_capacity(commits.len());
+        let mut applied: Vec<&NetWrites> = Vec::with_capacity(commits.len());
+        let mut logged = false;
+        {
+            let mut tables = WriteTables::open(&txn)?;
+            for writes in commits {
+                match writes.check(&tables) {
+                    Ok(()) => {
+                        // An error here leaves the transaction half-applied; it is
+                        // dropped (aborted) by the `?`, so nothing of the batch lands.
+                        tables.apply(writes)?;
+                        applied.push(writes);
+                        outcomes.push(Ok(()));
+                    }
+                    Err(conflict) => outcomes.push(Err(conflict)),
+                }
+            }
+            let mut touched: Vec<TouchWrite<'_>> = Vec::new();
+            for (path, touch) in touches {
+                if tables.apply_touch(path, &touch.incarnation, touch.at_ms)? {
+                    touched.push((path, &touch.incarnation, touch.at_ms));
+                }
+            }
+            if !applied.is_empty() || !touched.is_empty() {
+                let lsn = self.next_lsn;
+                tables.set_applied_lsn(lsn)?;
+                let entry = redo::encode_batch(&applied, &touched)?;
+                let started = Instant::now();
+                // The commit point: once this returns, the batch survives a crash.
+                self.wal.append(lsn, &entry).map_err(|e| match e {
+                    // The transaction is dropped: nothing of the batch exists anywhere.
+                    AppendError::NotWritten(io) => Failed { error: io_failure(io), recover: false },
+                    AppendError::Unknown(io) => Failed {
+                        error: StoreError::Unavailable(format!(
+                            "local store: log write failed ({io}); the outcome of this write is unknown until \
+                             the store recovers; retry"
+                        )),
+                        recover: true,
+                    },
+                })?;
+                metrics::histogram!("ds_store_fsync_seconds").record(started.elapsed().as_secs_f64());
+                self.next_lsn += 1;
+                logged = true;
+            } else if checkpoint && self.wal.len() > 0 {
+                // Nothing new, but earlier non-durable commits to make durable.
+                tables.set_applied_lsn(self.next_lsn - 1)?;
+            } else {
+                drop(tables);
+                txn.abort().map_err(storage)?;
+                return Ok(Done { outcomes, logged: false, checkpointed: false });
+            }
         }
+        // Logged (or a checkpoint): a failure from here on leaves the log
+        // ahead of redb; the next batch recovers first.
+        txn.commit().map_err(commit_failure)?;
+        Ok(Done { outcomes, logged, checkpointed: checkpoint })
     }
-    if wrote {
-        let started = Instant::now();
-        let committed = txn.commit();
-        metrics::histogram!("ds_store_fsync_seconds").record(started.elapsed().as_secs_f64());
-        committed.map_err(commit_failure)?;
-    } else {
-        txn.abort().map_err(storage)?;
-    }
-    Ok((outcomes, wrote))
 }

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use ds_core::contract::fixtures::{append, assert_tiles, create, new_meta, read_all};
 use ds_core::{Commit, Expect, Op, ProducerState, StoreError, StreamHandle, StreamStore, Substrate};
-use ds_store_local::{local_substrate, LocalStore, DB_FILE};
+use ds_store_local::{local_substrate, LocalStore, DB_FILE, WAL_FILE};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acked_commit_survives_drop_without_shutdown() {
@@ -118,6 +118,9 @@ const CHILD_DIR_ENV: &str = "DS_STORE_LOCAL_CRASH_CHILD_DIR";
 const STREAMS: usize = 8;
 /// Acknowledgements the parent waits for before killing the child.
 const KILL_AFTER_ACKS: usize = 400;
+/// Run time after which the second crash test kills the child: past several
+/// checkpoints (one a second under load), so recovery replays only the tail.
+const KILL_AFTER_CHECKPOINTS: Duration = Duration::from_millis(2500);
 
 fn payload(stream: usize, seq: u64) -> Bytes {
     Bytes::from(format!("s{stream}-{seq};"))
@@ -154,14 +157,34 @@ fn child_main(dir: &Path) -> ! {
     std::process::exit(0)
 }
 
+/// Killed early: every acknowledged commit is only in the log (the tables'
+/// durable state predates them).
 #[test]
 fn acked_commits_survive_kill_9() {
     if let Some(dir) = std::env::var_os(CHILD_DIR_ENV) {
         child_main(Path::new(&dir));
     }
+    crash_and_check("acked_commits_survive_kill_9", KILL_AFTER_ACKS, Duration::ZERO);
+}
+
+/// Killed after checkpoints: the tables hold most commits durably, the log
+/// the rest.
+#[test]
+fn acked_commits_survive_kill_9_after_checkpoints() {
+    if let Some(dir) = std::env::var_os(CHILD_DIR_ENV) {
+        child_main(Path::new(&dir));
+    }
+    crash_and_check("acked_commits_survive_kill_9_after_checkpoints", KILL_AFTER_ACKS, KILL_AFTER_CHECKPOINTS);
+}
+
+/// Run this test binary's `test` as a child appending to the store, kill it
+/// (SIGKILL) once it acknowledged `acks` commits and ran for `min_run`, then
+/// reopen the store and check every acknowledged commit.
+fn crash_and_check(test: &str, acks: usize, min_run: Duration) {
     let dir = tempfile::tempdir().unwrap();
+    let started = Instant::now();
     let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["acked_commits_survive_kill_9", "--exact", "--nocapture", "--test-threads=1"])
+        .args([test, "--exact", "--nocapture", "--test-threads=1"])
         .env(CHILD_DIR_ENV, dir.path())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -177,14 +200,16 @@ fn acked_commits_survive_kill_9() {
         let nums: Vec<u64> = rest.split(' ').map(|n| n.parse().unwrap()).collect();
         acked[nums[0] as usize].push((nums[1], nums[2]));
         count += 1;
-        if count == KILL_AFTER_ACKS {
+        if count >= acks && started.elapsed() >= min_run {
             break;
         }
     }
     child.kill().unwrap(); // SIGKILL: no destructor, flush or shutdown runs
     let status = child.wait().unwrap();
     assert_eq!(status.signal(), Some(9), "the child died of SIGKILL mid-run: {status:?}");
-    assert_eq!(count, KILL_AFTER_ACKS, "the child acknowledged enough commits before dying");
+    assert!(count >= acks, "the child acknowledged enough commits before dying");
+    let log = std::fs::metadata(dir.path().join(WAL_FILE)).unwrap().len();
+    assert!(log > 0, "the log held acknowledged commits at the kill (recovery replays it)");
 
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     rt.block_on(async {
