@@ -20,7 +20,8 @@
 //! # Recovery ([`recover`], at open and after any failed batch)
 //! redb rolls back to its last durable commit; the entries after the LSN it
 //! records are applied again, in order, in one durable transaction, and the
-//! log is emptied. An entry applies exactly the net writes its batch applied,
+//! log is emptied. A first entry past that LSN that does not directly follow
+//! it means entries are missing: the store refuses to open. An entry applies exactly the net writes its batch applied,
 //! and replay starts from the state that batch saw, so it lands the same.
 //!
 //! # Entry body
@@ -155,9 +156,17 @@ pub(crate) fn decode_batch(lsn: u64, body: &[u8]) -> Result<Batch, StoreError> {
     Ok(Batch { commits, touches })
 }
 
+/// What [`recover`] did.
+pub(crate) struct Recovered {
+    /// LSN of the last entry the tables now hold.
+    pub last: u64,
+    /// Entries applied from the log.
+    pub replayed: u64,
+}
+
 /// Bring redb's tables up to date with the log (see the module docs) and
-/// empty the log. Returns the LSN of the last entry the tables now hold.
-pub(crate) fn recover(db: &Database, wal: &mut Wal) -> Result<u64, StoreError> {
+/// empty the log.
+pub(crate) fn recover(db: &Database, wal: &mut Wal) -> Result<Recovered, StoreError> {
     let applied = tables::applied_lsn(&db.begin_read().map_err(storage)?)?;
     let mut txn = db.begin_write().map_err(storage)?;
     txn.set_durability(Durability::Immediate).map_err(storage)?;
@@ -197,8 +206,8 @@ pub(crate) fn recover(db: &Database, wal: &mut Wal) -> Result<u64, StoreError> {
     } else {
         txn.abort().map_err(storage)?;
     }
-    wal.clear().map_err(io_failure)?;
-    Ok(last)
+    wal.clear();
+    Ok(Recovered { last, replayed: last - applied })
 }
 
 fn wal_name() -> &'static str {

@@ -68,12 +68,14 @@ impl LocalStore {
         // Acknowledged commits not yet in redb's durable state are in the log.
         let recovery = |source| OpenError::Recovery { dir: dir.to_owned(), source };
         let mut wal = Wal::open(dir).map_err(|e| recovery(crate::error::io_failure(e)))?;
-        let next_lsn = crate::redo::recover(&db, &mut wal).map_err(recovery)? + 1;
+        let recovered = crate::redo::recover(&db, &mut wal).map_err(recovery)?;
+        let next_lsn = recovered.last + 1;
 
         let db = Arc::new(DbHandle::new(file, db));
         let touches = Arc::new(TouchOverlay::default());
         let metas = Arc::new(CommittedMetas::default());
         let counters = Arc::new(Counters::default());
+        counters.replayed.store(recovered.replayed, std::sync::atomic::Ordering::Relaxed);
         let (tx, rx) = channel();
         let writer = {
             let state = writer::Shared {
@@ -90,7 +92,8 @@ impl LocalStore {
         Ok(Self { db, touches, metas, counters, jobs: Some(tx), writer: Some(writer) })
     }
 
-    /// What the writer has done so far (commits answered, fsyncs made).
+    /// What the writer has done so far (commits answered, log syncs made,
+    /// log entries replayed).
     pub fn stats(&self) -> WriterStats {
         self.counters.snapshot()
     }

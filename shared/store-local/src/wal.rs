@@ -11,9 +11,17 @@
 //! recovered, is in [`crate::redo`].
 //!
 //! Frame: `body length: u32 LE`, `CRC-32 of (lsn ‖ body): u32 LE`,
-//! `lsn: u64 LE`, `body`. Entries are appended at the end and synced one at a
-//! time, so only the last one can be torn by a crash: reading stops at the
-//! first frame that is short or fails its checksum, and that tail is cut off.
+//! `lsn: u64 LE`, `body`. Entries are written one after another from the
+//! start of the file, each synced before the next, with consecutive LSNs.
+//!
+//! Emptying the log after a checkpoint does not shrink the file: the next
+//! entries overwrite the old ones from offset 0, because syncing an overwrite
+//! of allocated blocks costs no metadata update (measured here: 15–19k
+//! `fdatasync`s a second for 150 B overwrites against 11k for appends that
+//! grow the file). Reading therefore stops at the first frame that is short,
+//! fails its checksum, or does not carry the next LSN: a torn last write, or
+//! an older entry left behind (every LSN written later is higher than any
+//! still in the file, so an old entry never continues the sequence).
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufReader, Read, Seek, SeekFrom};
@@ -31,9 +39,9 @@ pub(crate) struct Wal {
     path: PathBuf,
     /// End of the last entry known to be whole and synced.
     len: u64,
-    /// An append failed and cutting its bytes off failed too: the file may
-    /// end with an entry whose commits were answered with an error. Nothing
-    /// more is appended until the cut succeeds (see [`Wal::append`]).
+    /// An append failed and invalidating its frame failed too: the file may
+    /// hold an entry whose commits were answered with an error. Nothing more
+    /// is appended until invalidating succeeds (see [`Wal::append`]).
     dirty_tail: bool,
 }
 
@@ -61,18 +69,19 @@ impl Wal {
         self.len
     }
 
-    /// Call `apply` with each whole entry `(lsn, body)` in order, then cut
-    /// off any torn tail. Stops at the first error `apply` returns.
+    /// Call `apply` with each entry `(lsn, body)` of the log in order (see
+    /// the module docs for where it ends). Stops at the first error `apply`
+    /// returns.
     pub(crate) fn replay<E>(
         &mut self,
         mut apply: impl FnMut(u64, Vec<u8>) -> Result<(), E>,
     ) -> Result<Result<(), E>, io::Error> {
         let size = self.file.metadata()?.len();
-        // Appends write at explicit offsets: the cursor is wherever the last
+        // Writes go to explicit offsets: the cursor is wherever the last
         // replay left it.
         (&self.file).seek(SeekFrom::Start(0))?;
         let mut reader = BufReader::with_capacity(1 << 20, &self.file);
-        let mut end = 0u64;
+        let (mut end, mut last) = (0u64, None::<u64>);
         loop {
             let mut header = [0u8; HEADER];
             if !read_whole(&mut reader, &mut header)? {
@@ -82,38 +91,38 @@ impl Wal {
             if end + HEADER as u64 + body_len > size {
                 break; // torn: the length runs past the file
             }
+            let lsn_bytes: [u8; 8] = header[8..16].try_into().unwrap_or_default();
+            let lsn = u64::from_le_bytes(lsn_bytes);
+            if last.is_some_and(|last| lsn != last + 1) {
+                break; // an entry of an earlier round, left behind
+            }
             let mut body = vec![0u8; body_len as usize];
             if !read_whole(&mut reader, &mut body)? {
                 break;
             }
             let sum = u32::from_le_bytes([header[4], header[5], header[6], header[7]]);
-            let lsn_bytes: [u8; 8] = header[8..16].try_into().unwrap_or_default();
             if frame_sum(&lsn_bytes, &body) != sum {
-                break; // torn (or damaged) tail
+                break; // torn (or damaged) write
             }
-            if let Err(e) = apply(u64::from_le_bytes(lsn_bytes), body) {
+            if let Err(e) = apply(lsn, body) {
                 return Ok(Err(e));
             }
             end += HEADER as u64 + body_len;
-        }
-        drop(reader);
-        if end < size {
-            tracing::warn!(log = %self.path.display(), whole = end, size, "local store: cutting a torn log tail");
-            self.file.set_len(end)?;
-            self.file.sync_all()?;
+            last = Some(lsn);
         }
         self.len = end;
         Ok(Ok(()))
     }
 
-    /// Append one entry and sync it: when this returns `Ok`, the entry
-    /// survives a crash. On an error the entry's bytes are cut off again, so
-    /// a failed append leaves nothing behind to be replayed; if even that
-    /// fails, the error says the outcome is unknown and later appends are
-    /// refused until a cut succeeds.
+    /// Append entry `lsn` (the one after the last, or the first after
+    /// [`Wal::clear`]) and sync it: when this returns `Ok`, the entry
+    /// survives a crash. On an error the frame is invalidated again, so a
+    /// failed append leaves nothing behind to be replayed; if even that fails,
+    /// the error says the outcome is unknown and later appends are refused
+    /// until invalidating succeeds.
     pub(crate) fn append(&mut self, lsn: u64, body: &[u8]) -> Result<(), AppendError> {
         if self.dirty_tail {
-            self.cut().map_err(AppendError::Unknown)?;
+            self.invalidate_next().map_err(AppendError::Unknown)?;
         }
         let body_len = u32::try_from(body.len())
             .map_err(|_| AppendError::NotWritten(io::Error::other("log entry larger than 4 GiB")))?;
@@ -128,30 +137,33 @@ impl Wal {
                 self.len += frame.len() as u64;
                 Ok(())
             }
-            Err(e) => match self.cut() {
+            Err(e) => match self.invalidate_next() {
                 Ok(()) => Err(AppendError::NotWritten(e)),
-                Err(cut) => {
+                Err(invalidate) => {
                     self.dirty_tail = true;
-                    tracing::error!(error = %cut, "local store: could not cut a failed log append off");
+                    tracing::error!(error = %invalidate, "local store: could not invalidate a failed log append");
                     Err(AppendError::Unknown(e))
                 }
             },
         }
     }
 
-    /// Empty the log (after a checkpoint made all of it durable in redb).
-    pub(crate) fn clear(&mut self) -> io::Result<()> {
-        self.file.set_len(0)?;
-        self.file.sync_all()?;
+    /// Empty the log, after a checkpoint made all of it durable in redb. No
+    /// I/O: the next entry overwrites the first, and reading stops at the
+    /// first old entry after the new ones (its LSN does not follow).
+    pub(crate) fn clear(&mut self) {
         self.len = 0;
-        self.dirty_tail = false;
-        Ok(())
     }
 
-    /// Cut the file back to its whole entries.
-    fn cut(&mut self) -> io::Result<()> {
-        self.file.set_len(self.len)?;
-        self.file.sync_all()?;
+    /// Zero the header of the frame after the last whole one, so whatever a
+    /// failed append left there is never read as an entry.
+    fn invalidate_next(&mut self) -> io::Result<()> {
+        let size = self.file.metadata()?.len();
+        if size > self.len {
+            let n = (size - self.len).min(HEADER as u64) as usize;
+            self.file.write_all_at(&[0u8; HEADER][..n], self.len)?;
+            self.file.sync_data()?;
+        }
         self.dirty_tail = false;
         Ok(())
     }
@@ -199,7 +211,7 @@ mod tests {
     }
 
     #[test]
-    fn entries_come_back_in_order_and_a_torn_tail_is_cut() {
+    fn entries_come_back_in_order_and_a_torn_tail_ends_the_log() {
         let dir = tempfile::tempdir().unwrap();
         let mut wal = Wal::open(dir.path()).unwrap();
         assert!(entries(&mut wal).is_empty());
@@ -210,7 +222,7 @@ mod tests {
         drop(wal);
 
         // A crash in the middle of a fourth append: half its frame on disk.
-        let file = OpenOptions::new().append(true).open(dir.path().join(WAL_FILE)).unwrap();
+        let file = OpenOptions::new().write(true).open(dir.path().join(WAL_FILE)).unwrap();
         let mut torn = 40u32.to_le_bytes().to_vec();
         torn.extend_from_slice(&[1, 2, 3, 4, 4, 0, 0, 0, 0, 0, 0, 0, b'x']);
         file.write_all_at(&torn, whole).unwrap();
@@ -219,29 +231,46 @@ mod tests {
         let mut wal = Wal::open(dir.path()).unwrap();
         let got = entries(&mut wal);
         assert_eq!(got, vec![(1, b"first".to_vec()), (2, Vec::new()), (3, b"third entry".to_vec())]);
-        assert_eq!(wal.len(), whole, "the torn tail was cut");
-        assert_eq!(std::fs::metadata(dir.path().join(WAL_FILE)).unwrap().len(), whole);
-        // Appends continue after the last whole entry.
+        assert_eq!(wal.len(), whole, "the log ends before the torn frame");
+        // Appends continue after the last whole entry, over the torn bytes.
         wal.append(4, b"fourth").unwrap();
         assert_eq!(entries(&mut wal).last().unwrap(), &(4, b"fourth".to_vec()));
     }
 
     #[test]
-    fn a_damaged_entry_ends_the_log_and_clear_empties_it() {
+    fn after_clear_new_entries_overwrite_and_old_ones_are_never_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut wal = Wal::open(dir.path()).unwrap();
+        for lsn in 1..=5 {
+            wal.append(lsn, format!("old entry {lsn} with a longer body").as_bytes()).unwrap();
+        }
+        let size = wal.len();
+        wal.clear();
+        assert!(entries(&mut wal).len() == 5, "clear does no I/O: a crash now replays the old round");
+        wal.clear();
+        wal.append(6, b"new 6").unwrap();
+        wal.append(7, b"new 7").unwrap();
+        assert_eq!(std::fs::metadata(dir.path().join(WAL_FILE)).unwrap().len(), size, "the file was not shrunk");
+        // Reopened: the old entries behind the new ones are whole frames, but
+        // their LSNs do not follow 7, so they end the log.
+        let mut wal = Wal::open(dir.path()).unwrap();
+        assert_eq!(entries(&mut wal), vec![(6, b"new 6".to_vec()), (7, b"new 7".to_vec())]);
+    }
+
+    #[test]
+    fn a_damaged_entry_ends_the_log() {
         let dir = tempfile::tempdir().unwrap();
         let mut wal = Wal::open(dir.path()).unwrap();
         wal.append(7, b"kept").unwrap();
         let first = wal.len();
         wal.append(8, b"damaged").unwrap();
+        wal.append(9, b"after the damage").unwrap();
         drop(wal);
         let file = OpenOptions::new().write(true).open(dir.path().join(WAL_FILE)).unwrap();
-        file.write_all_at(b"D", first + HEADER as u64).unwrap(); // flip the body's first byte
+        file.write_all_at(b"D", first + HEADER as u64).unwrap(); // the second entry's first body byte
         drop(file);
 
         let mut wal = Wal::open(dir.path()).unwrap();
         assert_eq!(entries(&mut wal), vec![(7, b"kept".to_vec())]);
-        wal.clear().unwrap();
-        assert_eq!(wal.len(), 0);
-        assert!(entries(&mut Wal::open(dir.path()).unwrap()).is_empty());
     }
 }
