@@ -21,6 +21,20 @@ pub(crate) fn encode_meta(meta: &StreamMeta) -> Result<Vec<u8>, StoreError> {
     Ok(out)
 }
 
+/// The stored encoding of each meta a commit puts, aligned with
+/// `writes.metas` (`None` where it deletes or only checks). Encoded once per
+/// commit: the tables and the log entry store the same bytes.
+pub(crate) fn encode_metas(writes: &ds_core::fold::NetWrites) -> Result<Vec<Option<Vec<u8>>>, StoreError> {
+    writes
+        .metas
+        .iter()
+        .map(|m| match &m.effect {
+            ds_core::fold::MetaEffect::Put(meta) => encode_meta(meta).map(Some),
+            _ => Ok(None),
+        })
+        .collect()
+}
+
 pub(crate) fn decode_meta(path: &str, bytes: &[u8]) -> Result<StreamMeta, StoreError> {
     let json = match bytes.split_first() {
         Some((&FORMAT_JSON_CRC32, rest)) if rest.len() >= 4 => {

@@ -37,7 +37,7 @@ use ds_core::fold::{ChunkWrite, MetaCond, MetaEffect, MetaWrite, NetWrites, Prod
 use ds_core::{ProducerState, Record, StoreError};
 use redb::{Database, Durability, ReadableDatabase};
 
-use crate::codec::{decode_meta, encode_meta};
+use crate::codec::{decode_meta, encode_metas};
 use crate::error::{commit_failure, io_failure, storage};
 use crate::tables::{self, WriteTables};
 use crate::wal::Wal;
@@ -48,27 +48,30 @@ const META_DELETE: u8 = 2;
 /// A touch that a batch wrote: `(path, incarnation, at_ms)`.
 pub(crate) type TouchWrite<'a> = (&'a str, &'a str, i64);
 
+/// An applied commit and its encoded metas ([`crate::codec::encode_metas`]).
+pub(crate) type AppliedCommit<'a> = (&'a NetWrites, Vec<Option<Vec<u8>>>);
+
 /// Encode what one batch applied: its applied commits and written touches.
-pub(crate) fn encode_batch(commits: &[&NetWrites], touches: &[TouchWrite<'_>]) -> Result<Vec<u8>, StoreError> {
-    let mut out = Vec::with_capacity(64 + commits.iter().map(|w| w.chunk_bytes() + 256).sum::<usize>());
+pub(crate) fn encode_batch(commits: &[AppliedCommit<'_>], touches: &[TouchWrite<'_>]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(64 + commits.iter().map(|(w, _)| w.chunk_bytes() + 512).sum::<usize>());
     put_len(&mut out, commits.len());
-    for writes in commits {
+    for (writes, encoded) in commits {
         put_len(&mut out, writes.wiped.len());
         for (path, incarnation) in &writes.wiped {
             put_bytes(&mut out, path.as_bytes());
             put_bytes(&mut out, incarnation.as_bytes());
         }
-        let metas: Vec<&MetaWrite> =
-            writes.metas.iter().filter(|m| !matches!(m.effect, MetaEffect::CheckOnly)).collect();
+        let metas: Vec<(&MetaWrite, &Option<Vec<u8>>)> =
+            writes.metas.iter().zip(encoded).filter(|(m, _)| !matches!(m.effect, MetaEffect::CheckOnly)).collect();
         put_len(&mut out, metas.len());
-        for m in metas {
+        for (m, encoded) in metas {
             put_bytes(&mut out, m.path.as_bytes());
-            match &m.effect {
-                MetaEffect::Put(meta) => {
+            match encoded {
+                Some(encoded) => {
                     out.push(META_PUT);
-                    put_bytes(&mut out, &encode_meta(meta)?);
+                    put_bytes(&mut out, encoded);
                 }
-                MetaEffect::Delete | MetaEffect::CheckOnly => out.push(META_DELETE),
+                None => out.push(META_DELETE),
             }
         }
         put_len(&mut out, writes.chunks.len());
@@ -101,7 +104,7 @@ pub(crate) fn encode_batch(commits: &[&NetWrites], touches: &[TouchWrite<'_>]) -
         put_bytes(&mut out, incarnation.as_bytes());
         out.extend_from_slice(&at_ms.to_le_bytes());
     }
-    Ok(out)
+    out
 }
 
 /// A decoded entry. Preconditions are not logged (they held when the batch
@@ -186,7 +189,7 @@ pub(crate) fn recover(db: &Database, wal: &mut Wal) -> Result<Recovered, StoreEr
                 }
                 let batch = decode_batch(lsn, &body)?;
                 for writes in &batch.commits {
-                    tables.apply(writes)?;
+                    tables.apply(writes, &encode_metas(writes)?)?;
                 }
                 for (path, incarnation, at_ms) in &batch.touches {
                     tables.apply_touch(path, incarnation, *at_ms)?;
@@ -321,7 +324,8 @@ mod tests {
             record: Record { revision: 9, value: Bytes::from_static(b"{}") },
             expect: Some(RecordExpect::Revision(8)),
         });
-        let body = encode_batch(&[&a, &b], &[("s/a", "inc-1", -5)]).unwrap();
+        let applied = [(&a, encode_metas(&a).unwrap()), (&b, encode_metas(&b).unwrap())];
+        let body = encode_batch(&applied, &[("s/a", "inc-1", -5)]);
         let got = decode_batch(1, &body).unwrap();
 
         // What `apply` reads survives; preconditions (and no-op metas) are not logged.

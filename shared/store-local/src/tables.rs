@@ -245,21 +245,24 @@ impl<'txn> WriteTables<'txn> {
     }
 
     /// Apply net writes whose preconditions were checked (wipes first, see
-    /// [`NetWrites`]). An error leaves the transaction half-applied: the
-    /// caller must abort it.
-    pub(crate) fn apply(&mut self, writes: &NetWrites) -> Result<(), StoreError> {
+    /// [`NetWrites`]); `metas` is their [`codec::encode_metas`]. An error
+    /// leaves the transaction half-applied: the caller must abort it.
+    pub(crate) fn apply(&mut self, writes: &NetWrites, metas: &[Option<Vec<u8>>]) -> Result<(), StoreError> {
         for (path, incarnation) in &writes.wiped {
             self.wipe(path, incarnation)?;
         }
-        for m in &writes.metas {
-            match &m.effect {
-                MetaEffect::Put(meta) => {
-                    self.meta.insert(m.path.as_str(), encode_meta(meta)?.as_slice()).map_err(storage)?;
+        for (m, encoded) in writes.metas.iter().zip(metas) {
+            match (&m.effect, encoded) {
+                (MetaEffect::Put(_), Some(encoded)) => {
+                    self.meta.insert(m.path.as_str(), encoded.as_slice()).map_err(storage)?;
                 }
-                MetaEffect::Delete => {
+                (MetaEffect::Put(_), None) => {
+                    return Err(StoreError::Backend(format!("local store: meta of {} not encoded", m.path)));
+                }
+                (MetaEffect::Delete, _) => {
                     self.meta.remove(m.path.as_str()).map_err(storage)?;
                 }
-                MetaEffect::CheckOnly => {}
+                (MetaEffect::CheckOnly, _) => {}
             }
         }
         for c in &writes.chunks {

@@ -30,10 +30,11 @@ use ds_core::StoreError;
 use redb::{Database, Durability};
 use tokio::sync::oneshot;
 
+use crate::codec::encode_metas;
 use crate::error::{commit_failure, io_failure, replicate, storage};
 use crate::handle::DbHandle;
 use crate::meta_cache::CommittedMetas;
-use crate::redo::{self, TouchWrite};
+use crate::redo::{self, AppliedCommit, TouchWrite};
 use crate::tables::WriteTables;
 use crate::touch::{Touch, TouchOverlay};
 use crate::wal::{AppendError, Wal};
@@ -249,7 +250,7 @@ impl Writer {
         let durability = if checkpoint { Durability::Immediate } else { Durability::None };
         txn.set_durability(durability).map_err(storage)?;
         let mut outcomes = Vec::with_capacity(commits.len());
-        let mut applied: Vec<&NetWrites> = Vec::with_capacity(commits.len());
+        let mut applied: Vec<AppliedCommit<'_>> = Vec::with_capacity(commits.len());
         let mut logged = false;
         {
             let mut tables = WriteTables::open(&txn)?;
@@ -258,8 +259,9 @@ impl Writer {
                     Ok(()) => {
                         // An error here leaves the transaction half-applied; it is
                         // dropped (aborted) by the `?`, so nothing of the batch lands.
-                        tables.apply(writes)?;
-                        applied.push(writes);
+                        let metas = encode_metas(writes)?;
+                        tables.apply(writes, &metas)?;
+                        applied.push((writes, metas));
                         outcomes.push(Ok(()));
                     }
                     Err(conflict) => outcomes.push(Err(conflict)),
@@ -274,7 +276,7 @@ impl Writer {
             if !applied.is_empty() || !touched.is_empty() {
                 let lsn = self.next_lsn;
                 tables.set_applied_lsn(lsn)?;
-                let entry = redo::encode_batch(&applied, &touched)?;
+                let entry = redo::encode_batch(&applied, &touched);
                 let started = Instant::now();
                 // The commit point: once this returns, the batch survives a crash.
                 self.wal.append(lsn, &entry).map_err(|e| match e {
