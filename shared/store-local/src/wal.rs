@@ -155,6 +155,16 @@ impl Wal {
         self.len = 0;
     }
 
+    /// Give the file's space back (a clean shutdown, after the last
+    /// checkpoint emptied the log).
+    pub(crate) fn truncate_empty(&mut self) -> io::Result<()> {
+        if self.len == 0 {
+            self.file.set_len(0)?;
+            self.file.sync_all()?;
+        }
+        Ok(())
+    }
+
     /// Zero the header of the frame after the last whole one, so whatever a
     /// failed append left there is never read as an entry.
     fn invalidate_next(&mut self) -> io::Result<()> {

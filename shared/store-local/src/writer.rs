@@ -145,6 +145,9 @@ pub(crate) fn run(db: Arc<DbHandle>, wal: Wal, next_lsn: u64, jobs: Receiver<Job
         }
     }
     writer.write_batch(Vec::new(), true, true);
+    if let Err(e) = writer.wal.truncate_empty() {
+        tracing::warn!(error = %e, "local store: could not shrink the emptied log at shutdown");
+    }
 }
 
 /// The writer thread's state.

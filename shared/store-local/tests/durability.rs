@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use ds_core::contract::fixtures::{append, assert_tiles, create, new_meta, read_all};
 use ds_core::{Commit, Expect, Op, ProducerState, StoreError, StreamHandle, StreamStore, Substrate};
-use ds_store_local::{local_substrate, LocalStore, DB_FILE};
+use ds_store_local::{local_substrate, LocalStore, DB_FILE, WAL_FILE};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acked_commit_survives_drop_without_shutdown() {
@@ -33,6 +33,8 @@ async fn acked_commit_survives_drop_without_shutdown() {
         (meta.path, done.meta, touched)
         // `s` is dropped here: no close or flush call.
     };
+    let log = std::fs::metadata(dir.path().join(WAL_FILE)).unwrap().len();
+    assert_eq!(log, 0, "dropping the store checkpointed and gave the log's space back");
     let store = Arc::new(LocalStore::open(dir.path()).unwrap());
     assert_eq!(store.stats().replayed, 0, "dropping the store checkpointed: nothing left in the log to replay");
     let (s, _due) = ds_inproc::in_process_substrate(store);
