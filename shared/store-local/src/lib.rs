@@ -51,11 +51,12 @@
 //! `cargo run --release -p ds-store-local --example throughput` (the bench
 //! reports in `bench/results/` give the HTTP-level ones).
 //!
-//! Appends to one stream stay bounded by one sync each, because the core
-//! holds the stream's lock across its commit. Trade-off: after a crash redb
-//! verifies the whole file on open (time grows with the database size), and
-//! the log written since the last checkpoint (about one second of commits)
-//! is replayed.
+//! Start-up is bounded: checkpoints use redb's quick-repair (allocator state
+//! saved with each durable commit), so opening after a crash does not walk
+//! the whole file, and at most the log since the last checkpoint (about a
+//! second of commits, at most 64 MiB) is replayed. `bench/startup.py`, 10,000
+//! streams and 1 GB of data: under 100 ms after a clean stop and after
+//! `kill -9` alike (without quick-repair, about 1 s after `kill -9`).
 
 mod codec;
 mod error;

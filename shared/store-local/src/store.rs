@@ -56,7 +56,8 @@ impl LocalStore {
             )));
         }
         // Create the tables once so read transactions can always open them.
-        let txn = db.begin_write().map_err(redb::Error::from)?;
+        let mut txn = db.begin_write().map_err(redb::Error::from)?;
+        txn.set_quick_repair(true);
         {
             txn.open_table(META).map_err(redb::Error::from)?;
             txn.open_table(CHUNKS).map_err(redb::Error::from)?;

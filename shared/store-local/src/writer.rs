@@ -252,6 +252,9 @@ impl Writer {
         let mut txn = db.begin_write().map_err(storage)?;
         let durability = if checkpoint { Durability::Immediate } else { Durability::None };
         txn.set_durability(durability).map_err(storage)?;
+        // Checkpoints save redb's allocator state, so opening after a crash
+        // need not walk the whole file (see `redo`).
+        txn.set_quick_repair(checkpoint);
         let mut outcomes = Vec::with_capacity(commits.len());
         let mut applied: Vec<AppliedCommit<'_>> = Vec::with_capacity(commits.len());
         let mut logged = false;
