@@ -3,7 +3,7 @@
 
 use axum::body::Body;
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use ds_core::{
     AppendOutcome, AppendRequest, CreateRequest, ForkRequest, LiveMode, ReadOutcome, ReadRequest, StreamMeta,
@@ -17,7 +17,7 @@ use ds_protocol::Offset;
 use futures::future::BoxFuture;
 
 use crate::error::ApiError;
-use crate::headers::{self as h, get};
+use crate::headers::{self as h, get, name, offset_value};
 use crate::request::{body, read_query, stream_path, ReadQuery};
 use crate::AppState;
 
@@ -74,6 +74,19 @@ fn set(headers: &mut HeaderMap, name: &'static str, value: impl ToString) {
         headers.insert(name, v);
     }
 }
+
+/// A header from text the response borrows (one allocation: the value).
+fn set_text(headers: &mut HeaderMap, name: HeaderName, value: &str) {
+    if let Ok(v) = HeaderValue::from_str(value) {
+        headers.insert(name, v);
+    }
+}
+
+fn set_offset(headers: &mut HeaderMap, position: u64) {
+    headers.insert(name::STREAM_NEXT_OFFSET, offset_value(position));
+}
+
+const TRUE: HeaderValue = HeaderValue::from_static("true");
 
 /// The host clients reached this server by. HTTP/2 carries it in the URI's
 /// authority, not a Host header.
@@ -132,22 +145,23 @@ fn location(base: &str, path: &str) -> String {
 
 /// Content-Type, Stream-Next-Offset, and Stream-Closed when closed.
 fn stream_headers(headers: &mut HeaderMap, meta: &StreamMeta) {
-    set(headers, "content-type", &meta.content_type);
-    set(headers, h::STREAM_NEXT_OFFSET, Offset(meta.tail));
+    set_text(headers, header::CONTENT_TYPE, &meta.content_type);
+    set_offset(headers, meta.tail);
     if meta.closed {
-        set(headers, h::STREAM_CLOSED, "true");
+        headers.insert(name::STREAM_CLOSED, TRUE);
     }
 }
 
 async fn post(app: AppState, path: String, req: Request) -> ApiResult {
     let (parts, raw) = req.into_parts();
     let hd = &parts.headers;
-    let producer = parse_producer(get(hd, h::PRODUCER_ID)?, get(hd, h::PRODUCER_EPOCH)?, get(hd, h::PRODUCER_SEQ)?)?;
+    let producer =
+        parse_producer(get(hd, &name::PRODUCER_ID)?, get(hd, &name::PRODUCER_EPOCH)?, get(hd, &name::PRODUCER_SEQ)?)?;
     let request = AppendRequest {
         path,
-        content_type: get(hd, "content-type")?.map(str::to_owned),
-        close: is_stream_closed(get(hd, h::STREAM_CLOSED)?),
-        seq: get(hd, h::STREAM_SEQ)?.map(str::to_owned),
+        content_type: get(hd, &header::CONTENT_TYPE)?.map(str::to_owned),
+        close: is_stream_closed(get(hd, &name::STREAM_CLOSED)?),
+        seq: get(hd, &name::STREAM_SEQ)?.map(str::to_owned),
         producer,
         body: body(raw, app.cfg.max_body_bytes, app.cfg.body_read_timeout).await?,
         dedupe_key: None,
@@ -166,13 +180,13 @@ async fn post(app: AppState, path: String, req: Request) -> ApiResult {
     let mut resp = status.into_response();
     let headers = resp.headers_mut();
     let meta = out.meta();
-    set(headers, h::STREAM_NEXT_OFFSET, Offset(meta.tail));
+    set_offset(headers, meta.tail);
     if meta.closed {
-        set(headers, h::STREAM_CLOSED, "true");
+        headers.insert(name::STREAM_CLOSED, TRUE);
     }
     if let Some(p) = producer {
-        set(headers, h::PRODUCER_EPOCH, p.epoch);
-        set(headers, h::PRODUCER_SEQ, p.last_seq);
+        headers.insert(name::PRODUCER_EPOCH, HeaderValue::from(p.epoch));
+        headers.insert(name::PRODUCER_SEQ, HeaderValue::from(p.last_seq));
     }
     Ok(resp)
 }
@@ -213,8 +227,8 @@ fn render_read(out: &ReadOutcome, cursor: Option<String>, inm: Option<&str>) -> 
     if let (Some(etag), Some(inm)) = (&etag, inm) {
         if if_none_match(inm, etag) {
             let mut resp = StatusCode::NOT_MODIFIED.into_response();
-            set(resp.headers_mut(), "etag", etag);
-            set(resp.headers_mut(), h::STREAM_NEXT_OFFSET, Offset(out.next));
+            set_text(resp.headers_mut(), header::ETAG, etag);
+            set_offset(resp.headers_mut(), out.next);
             return resp;
         }
     }
@@ -225,24 +239,24 @@ fn render_read(out: &ReadOutcome, cursor: Option<String>, inm: Option<&str>) -> 
     };
     let headers = resp.headers_mut();
     if !out.no_content {
-        set(headers, "content-type", &out.meta.content_type);
+        set_text(headers, header::CONTENT_TYPE, &out.meta.content_type);
     }
-    set(headers, h::STREAM_NEXT_OFFSET, Offset(out.next));
+    set_offset(headers, out.next);
     if out.up_to_date {
-        set(headers, h::STREAM_UP_TO_DATE, "true");
+        headers.insert(name::STREAM_UP_TO_DATE, TRUE);
     }
     if out.closed {
-        set(headers, h::STREAM_CLOSED, "true");
+        headers.insert(name::STREAM_CLOSED, TRUE);
     }
     if let Some(cursor) = cursor {
-        set(headers, h::STREAM_CURSOR, cursor);
+        set_text(headers, name::STREAM_CURSOR, &cursor);
     }
     if let Some(etag) = etag {
-        set(headers, "etag", etag);
+        set_text(headers, header::ETAG, &etag);
     }
     let cacheable = !out.at_now && !out.no_content && !out.body.is_empty() && out.next > out.start;
     let cache = if cacheable { "public, max-age=60, stale-while-revalidate=300" } else { "no-store" };
-    set(headers, "cache-control", cache);
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static(cache));
     resp
 }
 

@@ -1,6 +1,8 @@
 //! Header names, and small helpers to read request headers as `&str`.
 
-use axum::http::HeaderMap;
+use axum::http::header::AsHeaderName;
+use axum::http::{HeaderMap, HeaderName, HeaderValue};
+use ds_protocol::Offset;
 
 use crate::error::ApiError;
 
@@ -28,8 +30,36 @@ pub const EXPOSED: &str = "stream-next-offset, stream-up-to-date, stream-closed,
 stream-expires-at, stream-sse-data-encoding, producer-epoch, producer-seq, producer-expected-seq, \
 producer-received-seq, processor-cursor-revision, etag, location, content-type";
 
+/// The hot names as [`HeaderName`]s, built at compile time: a `&str` name is
+/// parsed (and, for a custom name, hashed from scratch) on every use.
+pub mod name {
+    use super::HeaderName;
+
+    pub const STREAM_NEXT_OFFSET: HeaderName = HeaderName::from_static(super::STREAM_NEXT_OFFSET);
+    pub const STREAM_UP_TO_DATE: HeaderName = HeaderName::from_static(super::STREAM_UP_TO_DATE);
+    pub const STREAM_CLOSED: HeaderName = HeaderName::from_static(super::STREAM_CLOSED);
+    pub const STREAM_CURSOR: HeaderName = HeaderName::from_static(super::STREAM_CURSOR);
+    pub const STREAM_SEQ: HeaderName = HeaderName::from_static(super::STREAM_SEQ);
+    pub const PRODUCER_ID: HeaderName = HeaderName::from_static(super::PRODUCER_ID);
+    pub const PRODUCER_EPOCH: HeaderName = HeaderName::from_static(super::PRODUCER_EPOCH);
+    pub const PRODUCER_SEQ: HeaderName = HeaderName::from_static(super::PRODUCER_SEQ);
+    pub const X_CONTENT_TYPE_OPTIONS: HeaderName = HeaderName::from_static("x-content-type-options");
+    pub const CROSS_ORIGIN_RESOURCE_POLICY: HeaderName = HeaderName::from_static("cross-origin-resource-policy");
+}
+
+/// An offset header value (one allocation: the value's own bytes).
+pub fn offset_value(position: u64) -> HeaderValue {
+    let token = Offset(position).to_token();
+    // Digits and `_`: always a valid header value.
+    HeaderValue::from_bytes(&token).unwrap_or_else(|_| HeaderValue::from_static(""))
+}
+
 /// A request header as text; a value that is not visible ASCII is a 400.
-pub fn get<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a str>, ApiError> {
+/// `name`: a `&str`, or (cheaper) a [`HeaderName`] from [`name`].
+pub fn get<N>(headers: &HeaderMap, name: N) -> Result<Option<&str>, ApiError>
+where
+    N: AsHeaderName + std::fmt::Display + Copy,
+{
     match headers.get(name) {
         None => Ok(None),
         Some(v) => v.to_str().map(Some).map_err(|_| ApiError::bad_request(format!("header {name} is not valid text"))),

@@ -6,14 +6,14 @@ use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 
 use crate::cors::Cors;
-use crate::headers::EXPOSED;
+use crate::headers::{name, EXPOSED};
 
 /// Add the headers every response carries. `allow_origin`: what
 /// [`Cors::allow_origin`] said for the request's `Origin`.
 pub(crate) fn decorate(resp: &mut Response, cors: &Cors, allow_origin: Option<HeaderValue>) {
     let h = resp.headers_mut();
-    h.insert("x-content-type-options", HeaderValue::from_static("nosniff"));
-    h.insert("cross-origin-resource-policy", HeaderValue::from_static("cross-origin"));
+    h.insert(name::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    h.insert(name::CROSS_ORIGIN_RESOURCE_POLICY, HeaderValue::from_static("cross-origin"));
     if cors.varies() {
         h.append(http::header::VARY, HeaderValue::from_static("origin"));
     }

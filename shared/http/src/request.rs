@@ -22,6 +22,9 @@ pub fn stream_path(uri: &Uri) -> Result<String, ApiError> {
 }
 
 pub(crate) fn percent_decode(s: &str) -> Option<String> {
+    if !s.contains('%') {
+        return Some(s.to_owned());
+    }
     let bytes = s.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;

@@ -19,6 +19,7 @@ use std::time::Duration;
 use axum::body::Body;
 use axum::extract::Request;
 use axum::Router;
+use bytes::Bytes;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -195,18 +196,34 @@ async fn run_connection<IO>(
 /// (reference-counted): a request that stays in flight, a long-poll for
 /// one, would pin that buffer, and hyper would allocate another for its
 /// next read. A copy of the head (a few hundred bytes) lets hyper reuse it.
+/// The URI and all header values are copied into one allocation each; the
+/// header map itself (names are hyper's own copies) is kept.
 fn detach_head<B>(req: Request<B>) -> Request<B> {
     let (mut parts, body) = req.into_parts();
-    if let Ok(uri) = http::Uri::try_from(parts.uri.to_string()) {
+    let uri = match (parts.uri.scheme(), parts.uri.path_and_query()) {
+        // Origin form, the HTTP/1.1 norm: the path and query are the URI.
+        (None, Some(pq)) if parts.uri.authority().is_none() => {
+            http::Uri::from_maybe_shared(Bytes::copy_from_slice(pq.as_str().as_bytes()))
+        }
+        _ => http::Uri::try_from(parts.uri.to_string()),
+    };
+    if let Ok(uri) = uri {
         parts.uri = uri;
     }
-    let mut headers = http::HeaderMap::with_capacity(parts.headers.len());
-    for (name, value) in &parts.headers {
-        let mut copy = http::HeaderValue::from_bytes(value.as_bytes()).unwrap_or_else(|_| value.clone());
-        copy.set_sensitive(value.is_sensitive());
-        headers.append(name.clone(), copy);
+    let mut copy = Vec::with_capacity(parts.headers.values().map(|v| v.len()).sum());
+    for value in parts.headers.values() {
+        copy.extend_from_slice(value.as_bytes());
     }
-    parts.headers = headers;
+    let copy = Bytes::from(copy);
+    let mut at = 0;
+    for value in parts.headers.values_mut() {
+        let piece = copy.slice(at..at + value.len());
+        at += value.len();
+        if let Ok(mut detached) = http::HeaderValue::from_maybe_shared(piece) {
+            detached.set_sensitive(value.is_sensitive());
+            *value = detached;
+        }
+    }
     Request::from_parts(parts, body)
 }
 
@@ -246,4 +263,37 @@ async fn accept_error(e: io::Error) {
     }
     tracing::error!(error = %e, "accept failed; retrying in 1s");
     tokio::time::sleep(Duration::from_secs(1)).await;
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn a_detached_head_is_the_same_head() {
+        let mut secret = http::HeaderValue::from_static("Bearer t");
+        secret.set_sensitive(true);
+        for uri in ["/v1/stream/a%2Fb?offset=-1&live=long-poll", "http://h:1/v1/stream/x?y=1", "*"] {
+            let req = Request::builder()
+                .method("POST")
+                .uri(uri)
+                .header("host", "127.0.0.1:8080")
+                .header("producer-id", "p\u{e9}".as_bytes())
+                .header("x-multi", "one")
+                .header("x-multi", "")
+                .header("x-multi", "three")
+                .header("authorization", secret.clone())
+                .body(())
+                .unwrap();
+            let before = req.headers().clone();
+            let detached = detach_head(req);
+            assert_eq!(detached.uri().to_string(), uri);
+            assert_eq!(detached.method(), "POST");
+            let pairs = |h: &http::HeaderMap| {
+                h.iter().map(|(n, v)| (n.clone(), v.as_bytes().to_vec(), v.is_sensitive())).collect::<Vec<_>>()
+            };
+            assert_eq!(pairs(detached.headers()), pairs(&before), "names, values, order and sensitivity");
+        }
+    }
 }

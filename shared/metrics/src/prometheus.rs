@@ -2,9 +2,11 @@
 //! recorder, so store crates record their figures with the `metrics` macros
 //! and need no handle passed down.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock, PoisonError, RwLock};
 
 use ds_http::{Exchange, Metrics};
+use metrics::{Counter, Histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 /// Seconds: 100 µs to 60 s (SSE and long-poll heads wait for data).
@@ -20,6 +22,45 @@ pub type ScrapeHook = Box<dyn Fn() + Send + Sync>;
 pub struct PrometheusMetrics {
     handle: PrometheusHandle,
     hooks: Vec<ScrapeHook>,
+    series: RwLock<HashMap<(&'static str, u16), Series>>,
+}
+
+/// The handles an exchange of one route and status reports to, resolved
+/// once: through the macros, each report built its label set and looked it
+/// up in the recorder's registry again (four times per request). Routes are
+/// static labels and statuses few, so the map stays small.
+struct Series {
+    requests: Counter,
+    duration: Histogram,
+    /// Registered on the first non-zero count, as the macros did (a route
+    /// that never carries a body shows no byte series).
+    bytes_in: OnceLock<Counter>,
+    bytes_out: OnceLock<Counter>,
+}
+
+impl Series {
+    fn new(route: &'static str, status: u16) -> Self {
+        Self {
+            requests: metrics::counter!("ds_http_requests_total", "route" => route, "status" => status_label(status)),
+            duration: metrics::histogram!("ds_http_request_duration_seconds", "route" => route),
+            bytes_in: OnceLock::new(),
+            bytes_out: OnceLock::new(),
+        }
+    }
+
+    fn report(&self, e: &Exchange) {
+        self.requests.increment(1);
+        self.duration.record(e.latency.as_secs_f64());
+        let route = e.route;
+        if e.bytes_in > 0 {
+            let counter = || metrics::counter!("ds_http_request_bytes_total", "route" => route);
+            self.bytes_in.get_or_init(counter).increment(e.bytes_in);
+        }
+        if e.bytes_out > 0 {
+            let counter = || metrics::counter!("ds_http_response_bytes_total", "route" => route);
+            self.bytes_out.get_or_init(counter).increment(e.bytes_out);
+        }
+    }
 }
 
 impl PrometheusMetrics {
@@ -34,7 +75,7 @@ impl PrometheusMetrics {
             .map_err(|e| e.to_string())?;
         spawn_upkeep(handle.clone()).map_err(|e| format!("starting the metrics upkeep thread: {e}"))?;
         describe();
-        Ok(Arc::new(Self { handle, hooks }))
+        Ok(Arc::new(Self { handle, hooks, series: RwLock::default() }))
     }
 }
 
@@ -96,17 +137,13 @@ fn status_label(status: u16) -> metrics::SharedString {
 
 impl Metrics for PrometheusMetrics {
     fn exchange(&self, e: &Exchange) {
-        metrics::counter!("ds_http_requests_total", "route" => e.route, "status" => status_label(e.status))
-            .increment(1);
-        metrics::histogram!("ds_http_request_duration_seconds", "route" => e.route).record(e.latency.as_secs_f64());
-        if e.bytes_in > 0 {
-            metrics::counter!("ds_http_request_bytes_total", "route" => e.route).increment(e.bytes_in);
+        let key = (e.route, e.status);
+        if let Some(s) = self.series.read().unwrap_or_else(PoisonError::into_inner).get(&key) {
+            return s.report(e);
         }
-        if e.bytes_out > 0 {
-            metrics::counter!("ds_http_response_bytes_total", "route" => e.route).increment(e.bytes_out);
-        }
+        let mut map = self.series.write().unwrap_or_else(PoisonError::into_inner);
+        map.entry(key).or_insert_with(|| Series::new(e.route, e.status)).report(e);
     }
-
     fn live_readers(&self, mode: &'static str, delta: i64) {
         metrics::gauge!("ds_live_readers", "mode" => mode).increment(delta as f64);
     }

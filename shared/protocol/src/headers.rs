@@ -113,12 +113,18 @@ pub fn parse_sub_offset(value: &str) -> Result<u64, ProtocolError> {
 
 /// A content type's essence (`type/subtype`), lowercased, without parameters.
 pub fn content_type_essence(value: &str) -> String {
-    value.split(';').next().unwrap_or("").trim().to_ascii_lowercase()
+    essence(value).to_ascii_lowercase()
+}
+
+/// The essence as written (case kept): the checks below compare it without
+/// allocating a lower-cased copy (they run on every append).
+fn essence(value: &str) -> &str {
+    value.split(';').next().unwrap_or("").trim()
 }
 
 /// Check a content type is syntactically a MIME type (`type/subtype`).
 pub fn validate_content_type(value: &str) -> Result<(), ProtocolError> {
-    let essence = content_type_essence(value);
+    let essence = essence(value);
     let mut parts = essence.splitn(2, '/');
     let ok = matches!((parts.next(), parts.next()), (Some(t), Some(s)) if !t.is_empty() && !s.is_empty()
         && !s.contains('/') && essence.bytes().all(|b| b.is_ascii_graphic()));
@@ -131,12 +137,12 @@ pub fn validate_content_type(value: &str) -> Result<(), ProtocolError> {
 
 /// Two content types name the same format (essence compared case-insensitively).
 pub fn content_types_match(a: &str, b: &str) -> bool {
-    content_type_essence(a) == content_type_essence(b)
+    essence(a).eq_ignore_ascii_case(essence(b))
 }
 
 /// JSON mode applies to `application/json` (with any parameters).
 pub fn is_json(content_type: &str) -> bool {
-    content_type_essence(content_type) == "application/json"
+    essence(content_type).eq_ignore_ascii_case("application/json")
 }
 
 #[cfg(test)]
