@@ -25,6 +25,7 @@ use std::any::Any;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use bytes::Bytes;
 use tokio::time::Instant;
 
 use crate::model::{Chunk, Commit, ProducerState, Record, StreamMeta, TailSignal};
@@ -81,6 +82,23 @@ pub trait StreamStore: Send + Sync + 'static {
         until: u64,
         max_bytes: usize,
     ) -> Result<Vec<Chunk>, StoreError>;
+
+    /// The bytes of `(path, incarnation)` at `[from, until)` as one buffer,
+    /// when the store can produce it more cheaply than [`Self::read_chunks`]
+    /// and the core's assembly of one piece per append (a catch-up read of
+    /// small appends is thousands of pieces). Only asked for ranges of at
+    /// most `max_bytes`. `None` (the default, and for a range not wholly
+    /// stored): the core reads chunks instead.
+    async fn read_contiguous(
+        &self,
+        _stream: &StreamHandle,
+        _incarnation: &str,
+        _from: u64,
+        _until: u64,
+        _max_bytes: usize,
+    ) -> Result<Option<Bytes>, StoreError> {
+        Ok(None)
+    }
 
     /// The meta record for *planning a mutation*. A substrate may serve it
     /// from a per-process cache (AWS: a warm append then costs one DynamoDB

@@ -237,13 +237,15 @@ impl StreamService {
                     continue;
                 }
             };
-            if let Some(p) = &predicted {
-                self.speculation.submitted(&p.meta, p.producer.as_ref().map(|(id, s)| (id.as_str(), *s)));
+            // A prediction is of `stream` itself (an append's next meta).
+            let predicting = predicted.is_some();
+            if let Some(p) = predicted {
+                self.speculation.submitted(p.meta, p.producer);
             }
             drop(guard);
             let result = pending.await;
-            if let Some(p) = &predicted {
-                self.speculation.finished(&p.meta.path, result.is_ok());
+            if predicting {
+                self.speculation.finished(path, result.is_ok());
             }
             if let Err(e) = result {
                 self.retry_or_fail(path, attempt, e).await?;

@@ -140,6 +140,19 @@ impl StreamService {
         meta: &StreamMeta,
         start: u64,
     ) -> ServiceResult<(Bytes, u64)> {
+        // The whole rest of the stream fits the budget and is the stream's
+        // own (no fork source below `start`): the store may hand it over as
+        // one buffer, which is what the pieces below would join into.
+        let own = meta.fork.as_ref().is_none_or(|o| start >= o.base);
+        let rest = usize::try_from(meta.tail.saturating_sub(start)).unwrap_or(usize::MAX);
+        if own && rest > 0 && rest <= self.cfg.max_read_bytes {
+            let store = &self.sub.store;
+            if let Some(raw) =
+                store.read_contiguous(stream, &meta.incarnation, start, meta.tail, self.cfg.max_read_bytes).await?
+            {
+                return Ok((raw, meta.tail));
+            }
+        }
         let pieces = self.read_pieces(stream, meta, start, self.cfg.max_read_bytes, Cut::AtBudget).await?;
         let len: usize = pieces.iter().map(Bytes::len).sum();
         let raw = if pieces.len() == 1 {

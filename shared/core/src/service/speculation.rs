@@ -44,25 +44,25 @@ impl Speculation {
         p.producers.get(id).copied()
     }
 
-    /// Record a submitted (not yet durable) commit's resulting state.
-    pub fn submitted(&self, meta: &StreamMeta, producer: Option<(&str, ProducerState)>) {
+    /// Record a submitted (not yet durable) commit's resulting state. Takes
+    /// it by value: appends hand over their prediction (no copy per append).
+    pub fn submitted(&self, meta: StreamMeta, producer: Option<(String, ProducerState)>) {
         let Ok(mut map) = self.streams.lock() else {
             return;
         };
-        let entry = map.entry(meta.path.clone()).or_insert_with(|| Prediction {
-            meta: meta.clone(),
-            producers: HashMap::new(),
-            in_flight: 0,
-            poisoned: false,
-        });
-        if entry.meta.incarnation != meta.incarnation {
-            entry.producers.clear();
+        if let Some(entry) = map.get_mut(meta.path.as_str()) {
+            if entry.meta.incarnation != meta.incarnation {
+                entry.producers.clear();
+            }
+            entry.meta = meta;
+            entry.in_flight += 1;
+            if let Some((id, state)) = producer {
+                entry.producers.insert(id, state);
+            }
+            return;
         }
-        entry.meta = meta.clone();
-        entry.in_flight += 1;
-        if let Some((id, state)) = producer {
-            entry.producers.insert(id.to_owned(), state);
-        }
+        let producers = producer.into_iter().collect();
+        map.insert(meta.path.clone(), Prediction { meta, producers, in_flight: 1, poisoned: false });
     }
 
     /// A submitted commit finished (`ok`: durable). The entry is dropped once
