@@ -3,7 +3,7 @@
 
 use bytes::Bytes;
 use ds_core::contract::fixtures::{append, create, read_all, unique_path};
-use ds_core::{Chunk, StreamStore};
+use ds_core::Chunk;
 use ds_store_memory::memory_substrate;
 
 fn joined(chunks: &[Chunk], from: u64, until: u64) -> Vec<u8> {

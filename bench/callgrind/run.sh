@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Server instructions per request, measured with callgrind: immune to the
+# load of the machine (other builds, other benchmarks), so before/after
+# comparisons of the HTTP path hold on a busy 2-core box.
+#
+#   bash bench/callgrind/run.sh append|catchup N1 N2 [out-dir]
+#
+# Runs the `profiling` build of the server (memory store) under callgrind
+# twice, driven by bench/callgrind/drive.py with N1 and then N2 requests of
+# the workload, and prints the instructions per request (the slope: start-up,
+# set-up and shutdown cancel out). Assumes `cargo build --profile profiling
+# -p durable-streams` was run. Output files: callgrind.out.<workload>.<n>.
+set -euo pipefail
+WORKLOAD="${1:?usage: run.sh append|catchup N1 N2 [out-dir]}"
+N1="${2:?N1}"; N2="${3:?N2}"
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+OUT="${4:-$ROOT/target/callgrind}"
+BIN="${DS_PROFILING_BIN:-$ROOT/target/profiling/durable-streams}"
+mkdir -p "$OUT"
+command -v valgrind >/dev/null || { echo "valgrind not found (apt-get install valgrind)" >&2; exit 2; }
+
+# Total instructions of one server run with n requests.
+measure() {
+  local n="$1" port pid file
+  file="$OUT/callgrind.out.$WORKLOAD.$n"
+  port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()')"
+  # One worker thread: fewer cross-thread wake-ups, whose number depends on
+  # timing (the machine's load), in the count.
+  TOKIO_WORKER_THREADS=1 valgrind --tool=callgrind --callgrind-out-file="$file" \
+    "$BIN" serve --bind "127.0.0.1:$port" --store memory >"$OUT/server.$WORKLOAD.$n.log" 2>&1 &
+  pid=$!
+  for _ in $(seq 1 600); do
+    curl -fs "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
+    sleep 0.1
+  done
+  python3 "$ROOT/bench/callgrind/drive.py" "$port" "$WORKLOAD" "$n"
+  kill -TERM "$pid"
+  wait "$pid" || true
+  awk '/^(summary|totals):/ { print $2; exit }' "$file"
+}
+
+IR1="$(measure "$N1")"
+IR2="$(measure "$N2")"
+echo "$WORKLOAD: Ir($N1)=$IR1 Ir($N2)=$IR2 per request: $(( (IR2 - IR1) / (N2 - N1) ))"
