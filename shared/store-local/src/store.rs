@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use async_trait::async_trait;
+use bytes::Bytes;
 use ds_core::fold::NetWrites;
 use ds_core::{Chunk, Commit, PendingCommit, ProducerState, Record, StoreError, StreamHandle, StreamMeta, StreamStore};
 use redb::{ReadTransaction, ReadableDatabase};
@@ -165,6 +166,26 @@ impl StreamStore for LocalStore {
         self.read(move |txn| {
             let table = txn.open_table(CHUNKS).map_err(storage)?;
             tables::read_chunks(&table, &path, &incarnation, from, until, max_bytes)
+        })
+        .await
+    }
+
+    async fn read_contiguous(
+        &self,
+        stream: &StreamHandle,
+        incarnation: &str,
+        from: u64,
+        until: u64,
+        max_bytes: usize,
+    ) -> Result<Option<Bytes>, StoreError> {
+        let len = usize::try_from(until.saturating_sub(from)).unwrap_or(usize::MAX);
+        if len == 0 || len > max_bytes {
+            return Ok(None);
+        }
+        let (path, incarnation) = (stream.path().to_owned(), incarnation.to_owned());
+        self.read(move |txn| {
+            let table = txn.open_table(CHUNKS).map_err(storage)?;
+            tables::read_contiguous(&table, &path, &incarnation, from, until)
         })
         .await
     }

@@ -129,6 +129,40 @@ pub(crate) fn read_chunks(
     Ok(spans.into_iter().map(|(start, at, len)| Chunk { start, data: buf.slice(at..at + len) }).collect())
 }
 
+/// [`ds_core::StreamStore::read_contiguous`]: `[from, until)` as one buffer
+/// (the caller bounds its length), `None` where a byte of it is not stored.
+pub(crate) fn read_contiguous(
+    table: &impl ReadableTable<ChunkKey, ChunkValue>,
+    path: &str,
+    incarnation: &str,
+    from: u64,
+    until: u64,
+) -> Result<Option<Bytes>, StoreError> {
+    let first = chunk_containing(table, path, incarnation, from)?.map_or(from, |(start, _)| start);
+    let mut out = BytesMut::with_capacity(usize::try_from(until.saturating_sub(from)).unwrap_or(0));
+    let mut pos = from;
+    for entry in table.range((path, incarnation, first)..(path, incarnation, until)).map_err(storage)? {
+        let (key, value) = entry.map_err(storage)?;
+        let (start, (sum, bytes)) = (key.value().2, value.value());
+        if start > pos {
+            return Ok(None); // a gap: the chunk-wise read reports it
+        }
+        codec::check_chunk(path, start, sum, bytes)?;
+        let end = start + bytes.len() as u64;
+        if end <= pos {
+            continue;
+        }
+        // Both bounds lie within this chunk, whose length is a usize.
+        let (lo, hi) = ((pos - start) as usize, (end.min(until) - start) as usize);
+        out.extend_from_slice(&bytes[lo..hi]);
+        pos = end.min(until);
+        if pos == until {
+            break;
+        }
+    }
+    Ok((pos == until).then(|| out.freeze()))
+}
+
 pub(crate) fn get_producer(
     table: &impl ReadableTable<ProducerKey, ProducerValue>,
     path: &str,

@@ -61,3 +61,9 @@ async fn restart_keeps_committed() {
     let dir = tempfile::tempdir().unwrap();
     contract::restart_keeps_committed(&reopen(dir.path())).await;
 }
+
+/// The local store serves every stored range as one buffer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_contiguous_served() {
+    contract::read_contiguous_served(&factory("read_contiguous_served").await.unwrap()).await;
+}

@@ -35,3 +35,9 @@ async fn scheduler_fires() {
     let (substrate, mut due) = memory_substrate();
     contract::scheduler_fires(substrate.scheduler, &mut due).await;
 }
+
+/// The memory store serves every stored range as one buffer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_contiguous_served() {
+    contract::read_contiguous_served(&instances()).await;
+}
