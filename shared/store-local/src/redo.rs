@@ -283,19 +283,10 @@ impl<'a> Reader<'a> {
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
-    use ds_core::{RecordExpect, StreamMeta};
+    use ds_core::contract::fixtures::new_meta as meta;
+    use ds_core::RecordExpect;
 
     use super::*;
-
-    fn meta(path: &str) -> StreamMeta {
-        serde_json::from_value(serde_json::json!({
-            "path": path, "incarnation": "inc-1", "version": 3, "content_type": "text/plain",
-            "created_at_ms": 1, "tail": 10, "closed": false, "closed_by": null, "ttl_secs": null,
-            "expires_at_ms": null, "touched_at_ms": 2, "last_stream_seq": null, "fork": null,
-            "ref_count": 0, "soft_deleted": false
-        }))
-        .unwrap()
-    }
 
     #[test]
     fn a_batch_decodes_to_the_writes_that_apply_reads() {
