@@ -16,9 +16,10 @@
 //! So while one batch syncs, the next one accumulates: with N concurrent
 //! writers a sync is shared by up to N commits. If applying or syncing fails,
 //! the whole transaction is dropped and every commit of the batch gets the
-//! error (nothing of the batch is acknowledged as written). After a failed
-//! batch the database is reopened and the log replayed before the next one
-//! (see [`crate::handle`]), since redb then forgets its non-durable commits.
+//! error (nothing of the batch is acknowledged as written). After a batch
+//! that failed anywhere but in a cleanly undone log append, the database is
+//! reopened and the log replayed before the next one (see
+//! [`crate::handle`]), since redb then forgets its non-durable commits.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
