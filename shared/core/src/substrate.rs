@@ -30,6 +30,13 @@ use tokio::time::Instant;
 
 use crate::model::{Chunk, Commit, ProducerState, Record, StreamMeta, TailSignal};
 
+/// The length of a [`StreamStore::read_contiguous`] range a store may
+/// answer: non-empty and within the budget; `None` for any other range.
+pub fn contiguous_len(from: u64, until: u64, max_bytes: usize) -> Option<usize> {
+    let len = usize::try_from(until.saturating_sub(from)).ok()?;
+    (len > 0 && len <= max_bytes).then_some(len)
+}
+
 /// Errors a substrate reports. The core maps them to protocol status codes in
 /// one place (`ds_http::error`).
 #[derive(Debug, thiserror::Error)]

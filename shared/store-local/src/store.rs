@@ -178,8 +178,7 @@ impl StreamStore for LocalStore {
         until: u64,
         max_bytes: usize,
     ) -> Result<Option<Bytes>, StoreError> {
-        let len = usize::try_from(until.saturating_sub(from)).unwrap_or(usize::MAX);
-        if len == 0 || len > max_bytes {
+        if ds_core::contiguous_len(from, until, max_bytes).is_none() {
             return Ok(None);
         }
         let (path, incarnation) = (stream.path().to_owned(), incarnation.to_owned());

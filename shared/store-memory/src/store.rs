@@ -160,10 +160,9 @@ impl StreamStore for MemoryStore {
         until: u64,
         max_bytes: usize,
     ) -> Result<Option<Bytes>, StoreError> {
-        let len = usize::try_from(until.saturating_sub(from)).unwrap_or(usize::MAX);
-        if len == 0 || len > max_bytes {
+        let Some(len) = ds_core::contiguous_len(from, until, max_bytes) else {
             return Ok(None);
-        }
+        };
         let state = self.read();
         let Some(data) = state.incarnation(stream.path(), incarnation) else {
             return Ok(None);
