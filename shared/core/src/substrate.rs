@@ -37,6 +37,12 @@ pub fn contiguous_len(from: u64, until: u64, max_bytes: usize) -> Option<usize> 
     (len > 0 && len <= max_bytes).then_some(len)
 }
 
+/// The size up to which the in-process stores join a small append onto the
+/// chunk before it (see the chunk invariants of [`StreamStore`]): a catch-up
+/// read of small appends then walks one stored piece per few KiB instead of
+/// one per append, and the extra copy per append stays bounded.
+pub const JOINED_CHUNK_TARGET: usize = 4096;
+
 /// Errors a substrate reports. The core maps them to protocol status codes in
 /// one place (`ds_http::error`).
 #[derive(Debug, thiserror::Error)]
@@ -70,6 +76,10 @@ pub enum StoreError {
 ///   DynamoDB).
 /// - Chunks of one `(path, incarnation)` never overlap; positions are stable
 ///   forever once committed (bytes at a position never change).
+/// - A chunk holds whole appends: it starts where an append started and ends
+///   where one ended. A store may join consecutive appends into one chunk
+///   (fewer, larger pieces to read), so a chunk read after later appends may
+///   extend past the tail of a meta read earlier: readers slice at their tail.
 #[async_trait]
 pub trait StreamStore: Send + Sync + 'static {
     /// The stream's meta record, if one exists (including soft-deleted and
@@ -77,8 +87,8 @@ pub trait StreamStore: Send + Sync + 'static {
     async fn read_meta(&self, stream: &StreamHandle) -> Result<Option<StreamMeta>, StoreError>;
 
     /// Chunks of `(path, incarnation)` overlapping positions `[from, until)`,
-    /// in position order. The first chunk may start before `from` (the chunk
-    /// containing `from` is returned whole); the caller slices. Stops adding
+    /// in position order. The first chunk may start before `from` and the
+    /// last end past `until` (chunks are returned whole); the caller slices. Stops adding
     /// chunks once their total length reaches `max_bytes`, but always returns
     /// at least the first overlapping chunk when one exists.
     async fn read_chunks(

@@ -36,6 +36,9 @@ pub(crate) const PRODUCERS: TableDefinition<ProducerKey, ProducerValue> = TableD
 pub(crate) const RECORDS: TableDefinition<RecordKey, RecordValue> = TableDefinition::new("records.v2");
 pub(crate) const LOG: TableDefinition<&str, u64> = TableDefinition::new("log");
 const APPLIED: &str = "applied";
+/// Small appends extend the row before them up to this many bytes (see
+/// [`WriteTables::put_chunk`]).
+const ROW_TARGET: usize = ds_core::JOINED_CHUNK_TARGET;
 /// The first format's tables, without checksums.
 const LEGACY_CHUNKS: TableDefinition<ChunkKey, &[u8]> = TableDefinition::new("chunks");
 const LEGACY_PRODUCERS: TableDefinition<ProducerKey, (u64, u64)> = TableDefinition::new("producers");
@@ -300,8 +303,7 @@ impl<'txn> WriteTables<'txn> {
             }
         }
         for c in &writes.chunks {
-            let key = (c.path.as_str(), c.incarnation.as_str(), c.start);
-            self.chunks.insert(key, (codec::chunk_sum(&c.data), c.data.as_ref())).map_err(storage)?;
+            self.put_chunk(&c.path, &c.incarnation, c.start, &c.data)?;
         }
         for p in &writes.producers {
             let key = (p.path.as_str(), p.incarnation.as_str(), p.producer_id.as_str());
@@ -313,6 +315,50 @@ impl<'txn> WriteTables<'txn> {
             self.records.insert(key, (revision, codec::record_sum(revision, value), value)).map_err(storage)?;
         }
         Ok(())
+    }
+
+    /// Store the bytes appended at `start`. A small append that continues a
+    /// row still under [`ROW_TARGET`] extends that row instead of adding one:
+    /// a catch-up read then walks one row per few KiB rather than one per
+    /// append (per-row cost dominated reads of small appends). Rows still
+    /// start at append boundaries and hold whole appends, so a row holds
+    /// whole JSON messages; bytes at a position never change.
+    fn put_chunk(&mut self, path: &str, incarnation: &str, start: u64, data: &[u8]) -> Result<(), StoreError> {
+        if data.len() < ROW_TARGET {
+            if let Some((row_start, sum, joined)) = self.extendable_row(path, incarnation, start, data)? {
+                let key = (path, incarnation, row_start);
+                self.chunks.insert(key, (sum, joined.as_slice())).map_err(storage)?;
+                return Ok(());
+            }
+        }
+        self.chunks.insert((path, incarnation, start), (codec::chunk_sum(data), data)).map_err(storage)?;
+        Ok(())
+    }
+
+    /// The row ending exactly at `start`, if `data` fits in it, as its start
+    /// and its bytes followed by `data` with their checksum. The checksum is
+    /// combined from the row's stored one, not recomputed from its bytes, so
+    /// a row damaged on disk still fails its check once extended.
+    fn extendable_row(
+        &self,
+        path: &str,
+        incarnation: &str,
+        start: u64,
+        data: &[u8],
+    ) -> Result<Option<(u64, u32, Vec<u8>)>, StoreError> {
+        let mut before = self.chunks.range((path, incarnation, 0)..(path, incarnation, start)).map_err(storage)?;
+        let Some(entry) = before.next_back() else { return Ok(None) };
+        let (key, value) = entry.map_err(storage)?;
+        let (row_start, (row_sum, row)) = (key.value().2, value.value());
+        if row_start + row.len() as u64 != start || row.len() + data.len() > ROW_TARGET {
+            return Ok(None);
+        }
+        let mut sum = crc32fast::Hasher::new_with_initial_len(row_sum, row.len() as u64);
+        sum.combine(&crc32fast::Hasher::new_with_initial_len(codec::chunk_sum(data), data.len() as u64));
+        let mut joined = Vec::with_capacity(row.len() + data.len());
+        joined.extend_from_slice(row);
+        joined.extend_from_slice(data);
+        Ok(Some((row_start, sum.finalize(), joined)))
     }
 
     /// Remove every chunk and producer state of `(path, incarnation)`.

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use ds_core::contract::fixtures::{append, assert_tiles, create, new_meta, read_all};
+use ds_core::contract::fixtures::{append, assert_tiles, bytes_at, create, new_meta, read_all};
 use ds_core::{Commit, Expect, Op, ProducerState, StoreError, StreamHandle, StreamStore, Substrate};
 use ds_store_local::{local_substrate, LocalStore, DB_FILE, WAL_FILE};
 
@@ -224,18 +224,34 @@ fn crash_and_check(test: &str, acks: usize, min_run: Duration) {
                 s.store.read_meta(&StreamHandle::detached(&path)).await.unwrap().expect("acknowledged stream exists");
             let chunks = read_all(&s, &path, &meta.incarnation, meta.tail).await;
             assert_tiles(&chunks, meta.tail);
-            assert_eq!(meta.version, chunks.len() as u64, "one version per stored append");
-            // Every stored chunk is this stream's next append (acked or not):
-            // nothing torn, nothing out of order.
-            for (seq, chunk) in chunks.iter().enumerate() {
-                assert_eq!(chunk.data, payload(i, seq as u64), "stream {i} chunk {seq}");
+            // The stored bytes are exactly this stream's first `version`
+            // appends (acked or not) in order: nothing torn, nothing lost or
+            // out of order; chunks start where appends did.
+            let mut expected = Vec::new();
+            let mut starts = Vec::new();
+            for seq in 0..meta.version {
+                starts.push(expected.len() as u64);
+                expected.extend_from_slice(&payload(i, seq));
+            }
+            assert_eq!(
+                bytes_at(&chunks, 0, meta.tail),
+                expected,
+                "stream {i} holds its first {} appends",
+                meta.version
+            );
+            for chunk in &chunks {
+                assert!(
+                    starts.contains(&chunk.start),
+                    "stream {i}: chunk at {} starts where an append did",
+                    chunk.start
+                );
             }
             for &(seq, position) in acks {
-                let chunk = chunks.get(seq as usize).expect("an acknowledged append survived");
-                assert_eq!(chunk.start, position, "stream {i} append {seq} at its acknowledged position");
+                let start = starts.get(seq as usize).expect("an acknowledged append survived");
+                assert_eq!(*start, position, "stream {i} append {seq} at its acknowledged position");
             }
             let producer = s.store.read_producer(&StreamHandle::detached(&path), &meta.incarnation, "p").await.unwrap();
-            assert_eq!(producer.map(|p| p.last_seq + 1), Some(chunks.len() as u64).filter(|n| *n > 0));
+            assert_eq!(producer.map(|p| p.last_seq + 1), Some(meta.version).filter(|n| *n > 0));
         }
     });
 }

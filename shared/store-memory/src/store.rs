@@ -13,7 +13,9 @@ use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use async_trait::async_trait;
 use bytes::{Bytes, BytesMut};
 use ds_core::fold::{MetaEffect, NetWrites, StateView};
-use ds_core::{Chunk, Commit, ProducerState, Record, StoreError, StreamHandle, StreamMeta, StreamStore};
+use ds_core::{
+    Chunk, Commit, ProducerState, Record, StoreError, StreamHandle, StreamMeta, StreamStore, JOINED_CHUNK_TARGET,
+};
 
 /// Chunks and producers of one `(path, incarnation)`.
 #[derive(Default)]
@@ -66,10 +68,7 @@ impl State {
             }
         }
         for c in writes.chunks {
-            // Copied: a request body is often a slice of a larger network
-            // buffer, and keeping the slice would pin the whole buffer.
-            let data = Bytes::copy_from_slice(&c.data);
-            self.incarnation_mut(c.path, c.incarnation).chunks.insert(c.start, data);
+            put_chunk(&mut self.incarnation_mut(c.path, c.incarnation).chunks, c.start, &c.data);
         }
         for p in writes.producers {
             self.incarnation_mut(p.path, p.incarnation).producers.insert(p.producer_id, p.state);
@@ -79,6 +78,25 @@ impl State {
             self.incarnation_mut(r.path, r.incarnation).records.insert(r.key, record);
         }
     }
+}
+
+/// Store the bytes appended at `start`, joined onto the chunk ending there
+/// while that stays within [`JOINED_CHUNK_TARGET`]: a catch-up read of small
+/// appends then walks one entry per few KiB instead of one per append.
+/// Always copied: a request body is often a slice of a larger network buffer,
+/// and keeping the slice would pin the whole buffer.
+fn put_chunk(chunks: &mut BTreeMap<u64, Bytes>, start: u64, data: &[u8]) {
+    if let Some(mut last) = chunks.last_entry() {
+        let (row_start, row) = (*last.key(), last.get());
+        if row_start + row.len() as u64 == start && row.len() + data.len() <= JOINED_CHUNK_TARGET {
+            let mut joined = BytesMut::with_capacity(row.len() + data.len());
+            joined.extend_from_slice(row);
+            joined.extend_from_slice(data);
+            *last.get_mut() = joined.freeze();
+            return;
+        }
+    }
+    chunks.insert(start, Bytes::copy_from_slice(data));
 }
 
 impl StateView for State {
@@ -268,4 +286,40 @@ fn take_until_budget<'a>(chunks: impl Iterator<Item = (&'a u64, &'a Bytes)>, max
         out.push(Chunk { start: *start, data: data.clone() });
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn layout(chunks: &BTreeMap<u64, Bytes>) -> Vec<(u64, usize)> {
+        chunks.iter().map(|(s, d)| (*s, d.len())).collect()
+    }
+
+    #[test]
+    fn small_appends_join_up_to_the_target_and_large_ones_stand_alone() {
+        let mut chunks = BTreeMap::new();
+        let mut expected = Vec::new();
+        let mut tail = 0u64;
+        for i in 0..100u8 {
+            put_chunk(&mut chunks, tail, &[i; 100]);
+            expected.extend_from_slice(&[i; 100]);
+            tail += 100;
+        }
+        // 40 appends of 100 B fit in 4,096 B: rows of 4,000, 4,000 and 2,000.
+        assert_eq!(layout(&chunks), vec![(0, 4000), (4000, 4000), (8000, 2000)]);
+        put_chunk(&mut chunks, tail, &[9; JOINED_CHUNK_TARGET]);
+        put_chunk(&mut chunks, tail + JOINED_CHUNK_TARGET as u64, b"next");
+        assert_eq!(layout(&chunks)[3..], [(tail, JOINED_CHUNK_TARGET), (tail + JOINED_CHUNK_TARGET as u64, 4)]);
+        let joined: Vec<u8> = chunks.values().take(3).flat_map(|d| d.iter().copied()).collect();
+        assert_eq!(joined, expected, "joining keeps every byte at its position");
+    }
+
+    #[test]
+    fn a_chunk_not_continuing_the_last_one_is_not_joined() {
+        let mut chunks = BTreeMap::new();
+        put_chunk(&mut chunks, 10, b"fork data");
+        put_chunk(&mut chunks, 30, b"elsewhere");
+        assert_eq!(layout(&chunks), vec![(10, 9), (30, 9)]);
+    }
 }

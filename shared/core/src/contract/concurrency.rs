@@ -8,7 +8,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use tokio::sync::Barrier;
 
-use super::fixtures::{append, append_commit, assert_tiles, create, read_all, unique_path};
+use super::fixtures::{append, append_commit, assert_tiles, bytes_at, create, read_all, unique_path};
 use super::SubstrateFactory;
 use crate::{ProducerState, StoreError, Substrate};
 
@@ -71,10 +71,16 @@ pub async fn concurrent_appends_one_stream(f: &dyn SubstrateFactory, writers: us
     assert_eq!(stored.version, (writers * appends_each) as u64, "one version per append");
     let chunks = read_all(&check, &meta.path, &meta.incarnation, stored.tail).await;
     assert_tiles(&chunks, stored.tail);
-    assert_eq!(chunks.len(), writers * appends_each, "one chunk per acknowledged append");
     for chunk in &chunks {
-        let (w, seq) = by_position[&chunk.start];
-        assert_eq!(chunk.data, payload(w, seq), "bytes at {} are writer {w}'s append {seq}", chunk.start);
+        assert!(by_position.contains_key(&chunk.start), "chunk at {} starts where an append did", chunk.start);
+    }
+    // The acknowledged appends add up to the tail and none overlaps another,
+    // so the stream holds exactly them.
+    let whole = bytes_at(&chunks, 0, stored.tail);
+    for (&position, &(w, seq)) in &by_position {
+        let at = usize::try_from(position).expect("fits");
+        let expected = payload(w, seq);
+        assert_eq!(&whole[at..at + expected.len()], &expected[..], "bytes at {position} are writer {w}'s append {seq}");
     }
     for w in 0..writers {
         let p = check
@@ -132,13 +138,12 @@ pub async fn concurrent_commits_all_or_nothing(f: &dyn SubstrateFactory, racers:
         let after = s.store.read_meta(&s.registry.enter(&meta.path)).await.expect("read_meta").expect("exists");
         assert_eq!(after.version, base.version + 1);
         assert_eq!(after.tail, base.tail + payload(won[0], round).len() as u64);
-        let chunks = s
-            .store
-            .read_chunks(&s.registry.enter(&meta.path), &meta.incarnation, base.tail, u64::MAX, usize::MAX)
-            .await;
-        let chunks = chunks.expect("read_chunks");
-        assert_eq!(chunks.len(), 1, "only the winner's chunk is stored");
-        assert_eq!(chunks[0].data, payload(won[0], round));
+        let chunks = read_all(s, &meta.path, &meta.incarnation, after.tail).await;
+        assert_tiles(&chunks, after.tail);
+        let stored = bytes_at(&chunks, base.tail, after.tail);
+        assert_eq!(stored, payload(won[0], round), "only the winner's bytes are stored");
+        let past = s.store.read_chunks(&s.registry.enter(&meta.path), &meta.incarnation, after.tail, u64::MAX, 1).await;
+        assert!(past.expect("read_chunks").is_empty(), "no loser's bytes past the tail");
     }
     // Losers never left producer state: each racer's state names only rounds it won.
     let s = &instances[0];

@@ -132,7 +132,8 @@ pub async fn backoff(attempt: u32) {
 }
 
 /// Every chunk of `(path, incarnation)` in `[0, until)`, paging with a small
-/// budget so `max_bytes` handling is exercised too.
+/// budget so `max_bytes` handling is exercised too. The last chunk is cut at
+/// `until`, as readers do: a store may have joined later appends onto it.
 pub async fn read_all(s: &Substrate, path: &str, incarnation: &str, until: u64) -> Vec<Chunk> {
     let mut out: Vec<Chunk> = Vec::new();
     let mut from = 0u64;
@@ -146,7 +147,17 @@ pub async fn read_all(s: &Substrate, path: &str, incarnation: &str, until: u64) 
         from = last.end();
         out.extend(page);
     }
+    if let Some(last) = out.last_mut().filter(|c| c.end() > until) {
+        let keep = usize::try_from(until.saturating_sub(last.start)).expect("chunk length fits usize");
+        last.data.truncate(keep);
+    }
     out
+}
+
+/// The bytes of `chunks` (which [`assert_tiles`] from 0) at `[from, until)`.
+pub fn bytes_at(chunks: &[Chunk], from: u64, until: u64) -> Vec<u8> {
+    let whole: Vec<u8> = chunks.iter().flat_map(|c| c.data.iter().copied()).collect();
+    whole[usize::try_from(from).expect("fits")..usize::try_from(until).expect("fits")].to_vec()
 }
 
 /// Assert `chunks` tile `[0, tail)` exactly: contiguous, non-overlapping,

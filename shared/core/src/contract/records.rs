@@ -5,7 +5,7 @@ use bytes::Bytes;
 
 use super::fixtures::{append, create, new_meta, now_ms, unique_path};
 use super::SubstrateFactory;
-use crate::{Commit, Expect, ForkOrigin, Op, ProducerTriple, StreamMeta};
+use crate::{Chunk, Commit, Expect, ForkOrigin, Op, ProducerTriple, StreamMeta};
 
 /// `touch` moves `touched_at_ms` forward without a version bump, ignores other
 /// incarnations, and a later `PutMeta` still commits on the same version.
@@ -112,29 +112,61 @@ pub async fn list_streams_by_prefix(f: &dyn SubstrateFactory) {
     assert!(none.is_empty(), "no stream under an unused prefix");
 }
 
-/// `read_chunks` returns the chunk containing `from` whole, stops before
-/// `until`, honours `max_bytes` (but returns at least one chunk) and keeps
-/// incarnations apart.
+/// `read_chunks` returns whole chunks covering `[from, until)` from the one
+/// containing `from`, each starting and ending where appends did (a store
+/// may join appends), honours `max_bytes` (but returns at least one chunk)
+/// and keeps incarnations apart.
 pub async fn read_chunks_ranges(f: &dyn SubstrateFactory) {
     let s = f.instance().await;
     let meta = create(&s, &unique_path("read-ranges")).await;
+    let mut stored = Vec::new();
+    let mut boundaries = vec![0u64];
     for (i, len) in [5usize, 3, 7, 1, 4].into_iter().enumerate() {
-        append(&s, &meta.path, Bytes::from(vec![b'0' + i as u8; len]), None).await;
+        let data = vec![b'0' + i as u8; len];
+        stored.extend_from_slice(&data);
+        boundaries.push(stored.len() as u64);
+        append(&s, &meta.path, Bytes::from(data), None).await;
     }
     let read = |from: u64, until: u64, max: usize| {
-        let store = &s.store;
-        let (stream, i) = (s.registry.enter(&meta.path), meta.incarnation.clone());
-        async move {
-            let chunks = store.read_chunks(&stream, &i, from, until, max).await.expect("read_chunks");
-            chunks.iter().map(|c| (c.start, c.data.len())).collect::<Vec<_>>()
-        }
+        let (store, stream, i) = (&s.store, s.registry.enter(&meta.path), meta.incarnation.clone());
+        async move { store.read_chunks(&stream, &i, from, until, max).await.expect("read_chunks") }
     };
-    assert_eq!(read(6, 20, usize::MAX).await, vec![(5, 3), (8, 7), (15, 1), (16, 4)]);
-    assert_eq!(read(8, 16, usize::MAX).await, vec![(8, 7), (15, 1)]);
-    assert_eq!(read(0, 20, 1).await, vec![(0, 5)], "at least one chunk even over budget");
-    assert_eq!(read(0, 20, 6).await, vec![(0, 5), (5, 3)], "stops once the budget is reached");
-    assert_eq!(read(20, 100, usize::MAX).await, vec![], "nothing at or past the tail");
-    assert_eq!(read(3, 3, usize::MAX).await, vec![], "empty range");
+    // Whole chunks, contiguous, on append boundaries, holding the stored bytes.
+    let check = |from: u64, until: u64, max: usize, chunks: &[Chunk]| {
+        let first = chunks.first().expect("a chunk overlaps a non-empty stored range");
+        assert!(
+            first.start <= from && from < first.end(),
+            "read({from}, {until}, {max}) begins at the chunk containing {from}"
+        );
+        let mut pos = first.start;
+        for c in chunks {
+            assert_eq!(c.start, pos, "chunks are contiguous");
+            assert!(
+                boundaries.contains(&c.start) && boundaries.contains(&c.end()),
+                "chunk {}..{} splits an append",
+                c.start,
+                c.end()
+            );
+            assert_eq!(&c.data[..], &stored[c.start as usize..c.end() as usize], "bytes of chunk at {}", c.start);
+            pos = c.end();
+        }
+        let before_last: usize = chunks[..chunks.len() - 1].iter().map(|c| c.data.len()).sum();
+        assert!(before_last < max, "read({from}, {until}, {max}) stops adding chunks once the budget is reached");
+        assert!(chunks.last().is_some_and(|c| c.start < until), "no chunk starts at or past until");
+        pos
+    };
+    for (from, until) in [(6, 20), (8, 16), (0, 20), (19, 20)] {
+        let chunks = read(from, until, usize::MAX).await;
+        assert!(check(from, until, usize::MAX, &chunks) >= until, "an unbounded read({from}, {until}) covers it");
+    }
+    let one = read(0, 20, 1).await;
+    check(0, 20, 1, &one);
+    assert_eq!(one.len(), 1, "exactly one chunk over budget");
+    let six = read(0, 20, 6).await;
+    let covered = check(0, 20, 6, &six);
+    assert!(covered >= 6, "a read with budget 6 returns at least 6 bytes when stored");
+    assert!(read(20, 100, usize::MAX).await.is_empty(), "nothing at or past the tail");
+    assert!(read(3, 3, usize::MAX).await.is_empty(), "empty range");
     let other = s.store.read_chunks(&s.registry.enter(&meta.path), "other-incarnation", 0, 20, usize::MAX).await;
     assert!(other.expect("read_chunks").is_empty(), "incarnations never share chunks");
 }
