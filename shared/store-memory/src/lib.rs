@@ -2,6 +2,7 @@
 //! in-memory maps (tests, development, benchmarks), run on the in-process
 //! services of `ds-inproc`.
 
+mod chunks;
 mod store;
 
 use std::sync::Arc;

@@ -13,16 +13,14 @@ use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use async_trait::async_trait;
 use bytes::{Bytes, BytesMut};
 use ds_core::fold::{MetaEffect, NetWrites, StateView};
-use ds_core::{
-    Chunk, Commit, ProducerState, Record, StoreError, StreamHandle, StreamMeta, StreamStore, JOINED_CHUNK_TARGET,
-};
+use ds_core::{Chunk, Commit, ProducerState, Record, StoreError, StreamHandle, StreamMeta, StreamStore};
+
+use crate::chunks::Chunks;
 
 /// Chunks and producers of one `(path, incarnation)`.
 #[derive(Default)]
 struct IncarnationData {
-    /// Keyed by start position; chunks never overlap, so the chunk containing
-    /// position `p` is the last one starting at or before `p`.
-    chunks: BTreeMap<u64, Bytes>,
+    chunks: Chunks,
     producers: HashMap<String, ProducerState>,
     records: HashMap<String, Record>,
 }
@@ -31,27 +29,37 @@ struct IncarnationData {
 struct State {
     /// Path order is the `list_streams` order.
     metas: BTreeMap<String, StreamMeta>,
-    /// path → incarnation → data. Nested so lookups by `&str` need no allocation.
-    data: HashMap<String, HashMap<String, IncarnationData>>,
+    /// path → its incarnations' data: one, unless an old incarnation was not
+    /// wiped yet. A short vector, not a nested map: an idle stream then costs
+    /// one small allocation here instead of a hash table's buckets.
+    data: HashMap<String, Vec<(String, IncarnationData)>>,
 }
 
 impl State {
     fn incarnation(&self, path: &str, incarnation: &str) -> Option<&IncarnationData> {
-        self.data.get(path)?.get(incarnation)
+        self.data.get(path)?.iter().find(|(i, _)| i == incarnation).map(|(_, d)| d)
     }
 
     /// Takes the keys by value: the writes own them, and borrowed keys
     /// would be allocated again on every append to an existing stream.
     fn incarnation_mut(&mut self, path: String, incarnation: String) -> &mut IncarnationData {
-        self.data.entry(path).or_default().entry(incarnation).or_default()
+        let all = self.data.entry(path).or_insert_with(|| Vec::with_capacity(1));
+        let at = match all.iter().position(|(i, _)| *i == incarnation) {
+            Some(at) => at,
+            None => {
+                all.push((incarnation, IncarnationData::default()));
+                all.len() - 1
+            }
+        };
+        &mut all[at].1
     }
 
     /// Apply net writes whose preconditions were already checked.
     fn apply(&mut self, writes: NetWrites) {
         for (path, incarnation) in &writes.wiped {
-            if let Some(by_incarnation) = self.data.get_mut(path) {
-                by_incarnation.remove(incarnation);
-                if by_incarnation.is_empty() {
+            if let Some(all) = self.data.get_mut(path) {
+                all.retain(|(i, _)| i != incarnation);
+                if all.is_empty() {
                     self.data.remove(path);
                 }
             }
@@ -68,7 +76,7 @@ impl State {
             }
         }
         for c in writes.chunks {
-            put_chunk(&mut self.incarnation_mut(c.path, c.incarnation).chunks, c.start, &c.data);
+            self.incarnation_mut(c.path, c.incarnation).chunks.put(c.start, &c.data);
         }
         for p in writes.producers {
             self.incarnation_mut(p.path, p.incarnation).producers.insert(p.producer_id, p.state);
@@ -80,37 +88,13 @@ impl State {
     }
 }
 
-/// Store the bytes appended at `start`, joined onto the chunk ending there
-/// while that stays within [`JOINED_CHUNK_TARGET`]: a catch-up read of small
-/// appends then walks one entry per few KiB instead of one per append.
-/// Always copied: a request body is often a slice of a larger network buffer,
-/// and keeping the slice would pin the whole buffer.
-fn put_chunk(chunks: &mut BTreeMap<u64, Bytes>, start: u64, data: &[u8]) {
-    if let Some(mut last) = chunks.last_entry() {
-        let (row_start, row) = (*last.key(), last.get());
-        if row_start + row.len() as u64 == start && row.len() + data.len() <= JOINED_CHUNK_TARGET {
-            let mut joined = BytesMut::with_capacity(row.len() + data.len());
-            joined.extend_from_slice(row);
-            joined.extend_from_slice(data);
-            *last.get_mut() = joined.freeze();
-            return;
-        }
-    }
-    chunks.insert(start, Bytes::copy_from_slice(data));
-}
-
 impl StateView for State {
     fn meta_version(&self, path: &str) -> Result<Option<(u64, String)>, StoreError> {
         Ok(self.metas.get(path).map(|m| (m.version, m.incarnation.clone())))
     }
 
     fn chunk_overlaps(&self, path: &str, incarnation: &str, start: u64, end: u64) -> Result<bool, StoreError> {
-        let Some(data) = self.incarnation(path, incarnation) else {
-            return Ok(false);
-        };
-        let before = data.chunks.range(..=start).next_back().is_some_and(|(s, d)| s + d.len() as u64 > start);
-        let inside = data.chunks.range(start..end).next().is_some();
-        Ok(before || inside)
+        Ok(self.incarnation(path, incarnation).is_some_and(|d| d.chunks.overlaps(start, end)))
     }
 
     fn record_revision(&self, path: &str, incarnation: &str, key: &str) -> Result<Option<u64>, StoreError> {
@@ -162,10 +146,7 @@ impl StreamStore for MemoryStore {
         if from >= until {
             return Ok(Vec::new());
         }
-        // The chunk containing `from` (if any), then every chunk starting in (from, until).
-        let first = data.chunks.range(..=from).next_back().filter(|(s, d)| *s + d.len() as u64 > from);
-        let rest = data.chunks.range((Bound::Excluded(from), Bound::Excluded(until)));
-        Ok(take_until_budget(first.into_iter().chain(rest), max_bytes))
+        Ok(take_until_budget(data.chunks.covering(from, until), max_bytes))
     }
 
     /// One copy of the stored bytes into one buffer: the chunks are not
@@ -186,10 +167,8 @@ impl StreamStore for MemoryStore {
             return Ok(None);
         };
         let mut out = BytesMut::with_capacity(len);
-        let first = data.chunks.range(..=from).next_back();
-        let rest = data.chunks.range((Bound::Excluded(from), Bound::Excluded(until)));
         let mut pos = from;
-        for (&start, bytes) in first.into_iter().chain(rest) {
+        for &(start, ref bytes) in data.chunks.covering(from, until) {
             let end = start + bytes.len() as u64;
             if start > pos {
                 // A gap: the chunk-wise read reports it.
@@ -275,7 +254,7 @@ impl StreamStore for MemoryStore {
 
 /// Collect chunks in order until their total length reaches `max_bytes`,
 /// always keeping the first one (the [`StreamStore::read_chunks`] budget rule).
-fn take_until_budget<'a>(chunks: impl Iterator<Item = (&'a u64, &'a Bytes)>, max_bytes: usize) -> Vec<Chunk> {
+fn take_until_budget<'a>(chunks: impl Iterator<Item = &'a (u64, Bytes)>, max_bytes: usize) -> Vec<Chunk> {
     let mut out = Vec::new();
     let mut total = 0usize;
     for (start, data) in chunks {
@@ -286,40 +265,4 @@ fn take_until_budget<'a>(chunks: impl Iterator<Item = (&'a u64, &'a Bytes)>, max
         out.push(Chunk { start: *start, data: data.clone() });
     }
     out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn layout(chunks: &BTreeMap<u64, Bytes>) -> Vec<(u64, usize)> {
-        chunks.iter().map(|(s, d)| (*s, d.len())).collect()
-    }
-
-    #[test]
-    fn small_appends_join_up_to_the_target_and_large_ones_stand_alone() {
-        let mut chunks = BTreeMap::new();
-        let mut expected = Vec::new();
-        let mut tail = 0u64;
-        for i in 0..100u8 {
-            put_chunk(&mut chunks, tail, &[i; 100]);
-            expected.extend_from_slice(&[i; 100]);
-            tail += 100;
-        }
-        // 40 appends of 100 B fit in 4,096 B: rows of 4,000, 4,000 and 2,000.
-        assert_eq!(layout(&chunks), vec![(0, 4000), (4000, 4000), (8000, 2000)]);
-        put_chunk(&mut chunks, tail, &[9; JOINED_CHUNK_TARGET]);
-        put_chunk(&mut chunks, tail + JOINED_CHUNK_TARGET as u64, b"next");
-        assert_eq!(layout(&chunks)[3..], [(tail, JOINED_CHUNK_TARGET), (tail + JOINED_CHUNK_TARGET as u64, 4)]);
-        let joined: Vec<u8> = chunks.values().take(3).flat_map(|d| d.iter().copied()).collect();
-        assert_eq!(joined, expected, "joining keeps every byte at its position");
-    }
-
-    #[test]
-    fn a_chunk_not_continuing_the_last_one_is_not_joined() {
-        let mut chunks = BTreeMap::new();
-        put_chunk(&mut chunks, 10, b"fork data");
-        put_chunk(&mut chunks, 30, b"elsewhere");
-        assert_eq!(layout(&chunks), vec![(10, 9), (30, 9)]);
-    }
 }
