@@ -40,8 +40,6 @@
 //! If any op fails, the whole commit fails with [`StoreError::Conflict`] and
 //! nothing is applied.
 
-use std::collections::HashMap;
-
 use bytes::Bytes;
 
 use crate::{
@@ -153,37 +151,34 @@ pub struct NetWrites {
     pub wiped: Vec<(String, String)>,
 }
 
-/// One path's meta while folding.
-struct Staged {
-    /// Index into `NetWrites::metas`.
-    index: usize,
-    /// The record as left by the ops so far: `(version, incarnation)`.
-    state: Option<(u64, String)>,
+/// The record at `write`'s path as left by the ops folded so far:
+/// `(version, incarnation)` after a put, nothing after a delete.
+fn staged_state(write: &MetaWrite) -> Option<(u64, &str)> {
+    match &write.effect {
+        MetaEffect::Put(meta) => Some((meta.version, meta.incarnation.as_str())),
+        MetaEffect::Delete | MetaEffect::CheckOnly => None,
+    }
 }
 
 impl NetWrites {
     /// Fold `commit` into its net writes, checking the preconditions the
-    /// commit's own ops impose on each other.
-    pub fn fold(commit: &Commit) -> Result<Self, StoreError> {
+    /// commit's own ops impose on each other. Takes the commit by value: its
+    /// strings and bytes move into the writes instead of being copied (this
+    /// runs on every append).
+    pub fn fold(commit: Commit) -> Result<Self, StoreError> {
         let mut out = Self::default();
-        let mut staged: HashMap<&str, Staged> = HashMap::new();
-        for op in &commit.ops {
+        for op in commit.ops {
             match op {
-                Op::PutMeta { meta, expect } => out.fold_put_meta(&mut staged, meta, *expect)?,
+                Op::PutMeta { meta, expect } => out.fold_put_meta(meta, expect)?,
                 Op::DeleteStream { path, incarnation, expect_version } => {
-                    out.fold_delete(&mut staged, path, incarnation, *expect_version)?;
+                    out.fold_delete(path, incarnation, expect_version)?;
                 }
                 Op::PutChunk { path, incarnation, chunk } => {
                     if chunk.data.is_empty() {
                         continue;
                     }
-                    let w = ChunkWrite {
-                        path: path.clone(),
-                        incarnation: incarnation.clone(),
-                        start: chunk.start,
-                        data: chunk.data.clone(),
-                        check_stored: !out.wiped.iter().any(|(p, i)| p == path && i == incarnation),
-                    };
+                    let check_stored = !out.wiped.iter().any(|(p, i)| *p == path && *i == incarnation);
+                    let w = ChunkWrite { path, incarnation, start: chunk.start, data: chunk.data, check_stored };
                     let overlaps = out.chunks.iter().any(|c| {
                         c.path == w.path && c.incarnation == w.incarnation && c.start < w.end() && w.start < c.end()
                     });
@@ -193,71 +188,54 @@ impl NetWrites {
                     out.chunks.push(w);
                 }
                 Op::PutRecord { path, incarnation, key, record, expect } => {
-                    out.fold_put_record(path, incarnation, key, record, *expect)?;
+                    out.fold_put_record(path, incarnation, key, record, expect)?;
                 }
                 Op::PutProducer { path, incarnation, producer_id, state } => {
-                    out.producers.retain(|p| {
-                        !(p.path == *path && p.incarnation == *incarnation && p.producer_id == *producer_id)
-                    });
-                    out.producers.push(ProducerWrite {
-                        path: path.clone(),
-                        incarnation: incarnation.clone(),
-                        producer_id: producer_id.clone(),
-                        state: *state,
-                    });
+                    out.producers
+                        .retain(|p| !(p.path == path && p.incarnation == incarnation && p.producer_id == producer_id));
+                    out.producers.push(ProducerWrite { path, incarnation, producer_id, state });
                 }
             }
         }
         Ok(out)
     }
 
-    fn fold_put_meta<'c>(
-        &mut self,
-        staged: &mut HashMap<&'c str, Staged>,
-        meta: &'c StreamMeta,
-        expect: Expect,
-    ) -> Result<(), StoreError> {
+    /// Index into `metas` of the write for `path`, if an earlier op made one.
+    fn staged(&self, path: &str) -> Option<usize> {
+        self.metas.iter().position(|m| m.path == path)
+    }
+
+    fn fold_put_meta(&mut self, meta: StreamMeta, expect: Expect) -> Result<(), StoreError> {
         let cond = match expect {
             Expect::Absent => MetaCond::Absent,
             Expect::Version(version) => MetaCond::Version { version, incarnation: meta.incarnation.clone() },
         };
-        let next = Some((meta.version, meta.incarnation.clone()));
-        let effect = MetaEffect::Put(Box::new(meta.clone()));
-        match staged.get_mut(meta.path.as_str()) {
+        match self.staged(&meta.path) {
             None => {
-                staged.insert(&meta.path, Staged { index: self.metas.len(), state: next });
-                self.metas.push(MetaWrite { path: meta.path.clone(), cond, effect });
+                let path = meta.path.clone();
+                self.metas.push(MetaWrite { path, cond, effect: MetaEffect::Put(Box::new(meta)) });
             }
-            Some(s) => {
-                if !cond.holds(s.state.as_ref().map(|(v, i)| (*v, i.as_str()))) {
+            Some(i) => {
+                if !cond.holds(staged_state(&self.metas[i])) {
                     return Err(StoreError::Conflict);
                 }
-                s.state = next;
-                self.metas[s.index].effect = effect;
+                self.metas[i].effect = MetaEffect::Put(Box::new(meta));
             }
         }
         Ok(())
     }
 
-    fn fold_delete<'c>(
-        &mut self,
-        staged: &mut HashMap<&'c str, Staged>,
-        path: &'c str,
-        incarnation: &str,
-        expect_version: u64,
-    ) -> Result<(), StoreError> {
-        let cond = MetaCond::Version { version: expect_version, incarnation: incarnation.to_owned() };
-        match staged.get_mut(path) {
+    fn fold_delete(&mut self, path: String, incarnation: String, expect_version: u64) -> Result<(), StoreError> {
+        let cond = MetaCond::Version { version: expect_version, incarnation: incarnation.clone() };
+        match self.staged(&path) {
             None => {
-                staged.insert(path, Staged { index: self.metas.len(), state: None });
-                self.metas.push(MetaWrite { path: path.to_owned(), cond, effect: MetaEffect::Delete });
+                self.metas.push(MetaWrite { path: path.clone(), cond, effect: MetaEffect::Delete });
             }
-            Some(s) => {
-                if !cond.holds(s.state.as_ref().map(|(v, i)| (*v, i.as_str()))) {
+            Some(i) => {
+                if !cond.holds(staged_state(&self.metas[i])) {
                     return Err(StoreError::Conflict);
                 }
-                s.state = None;
-                let write = &mut self.metas[s.index];
+                let write = &mut self.metas[i];
                 // Deleting what this commit created leaves nothing to delete.
                 write.effect = if write.cond == MetaCond::Absent { MetaEffect::CheckOnly } else { MetaEffect::Delete };
             }
@@ -266,16 +244,16 @@ impl NetWrites {
         self.chunks.retain(|c| !(c.path == path && c.incarnation == incarnation));
         self.producers.retain(|p| !(p.path == path && p.incarnation == incarnation));
         self.records.retain(|r| !(r.path == path && r.incarnation == incarnation));
-        self.wiped.push((path.to_owned(), incarnation.to_owned()));
+        self.wiped.push((path, incarnation));
         Ok(())
     }
 
     fn fold_put_record(
         &mut self,
-        path: &str,
-        incarnation: &str,
-        key: &str,
-        record: &Record,
+        path: String,
+        incarnation: String,
+        key: String,
+        record: Record,
         expect: RecordExpect,
     ) -> Result<(), StoreError> {
         if key.len() > MAX_RECORD_KEY_BYTES || record.value.len() > MAX_RECORD_BYTES {
@@ -287,7 +265,7 @@ impl NetWrites {
             )));
         }
         let earlier = self.records.iter().position(|r| r.path == path && r.incarnation == incarnation && r.key == key);
-        let wiped = self.wiped.iter().any(|(p, i)| p == path && i == incarnation);
+        let wiped = self.wiped.iter().any(|(p, i)| *p == path && *i == incarnation);
         let expect = match earlier {
             // Against the record an earlier op of this commit wrote.
             Some(i) => {
@@ -306,13 +284,7 @@ impl NetWrites {
             }
             None => Some(expect),
         };
-        self.records.push(RecordWrite {
-            path: path.to_owned(),
-            incarnation: incarnation.to_owned(),
-            key: key.to_owned(),
-            record: record.clone(),
-            expect,
-        });
+        self.records.push(RecordWrite { path, incarnation, key, record, expect });
         Ok(())
     }
 

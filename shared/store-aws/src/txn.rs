@@ -50,7 +50,7 @@ enum Outcome {
 /// Apply `commit` all-or-nothing (see the module docs).
 #[tracing::instrument(level = "debug", skip_all, fields(ops = commit.ops.len()))]
 pub async fn commit(b: &Backend, commit: Commit) -> Result<(), StoreError> {
-    let writes = NetWrites::fold(&commit)?;
+    let writes = NetWrites::fold(commit)?;
     if writes.row_count() == 0 {
         return Ok(());
     }

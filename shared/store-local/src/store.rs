@@ -226,7 +226,7 @@ impl StreamStore for LocalStore {
     /// at once: the writer applies jobs in channel order, so pipelined
     /// commits of one stream land in one batch.
     async fn submit(&self, commit: Commit) -> Result<PendingCommit, StoreError> {
-        let writes = NetWrites::fold(&commit)?;
+        let writes = NetWrites::fold(commit)?;
         let (ack, outcome) = oneshot::channel();
         let jobs = self.jobs.as_ref().ok_or_else(|| StoreError::Unavailable("local store is closing".into()))?;
         jobs.send(Job { writes, ack }).map_err(|_| StoreError::Unavailable("local store writer has stopped".into()))?;

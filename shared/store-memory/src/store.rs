@@ -208,7 +208,7 @@ impl StreamStore for MemoryStore {
     }
 
     async fn commit(&self, commit: Commit) -> Result<(), StoreError> {
-        let writes = NetWrites::fold(&commit)?;
+        let writes = NetWrites::fold(commit)?;
         let mut state = self.write();
         writes.check(&*state)?;
         state.apply(writes);

@@ -73,7 +73,7 @@ fn producer(incarnation: &str, seq: u64) -> Op {
 
 /// Fold, then check against `view`: whether the commit would apply.
 fn applies(view: &View, ops: Vec<Op>) -> bool {
-    NetWrites::fold(&Commit { ops }).and_then(|w| w.check(view)).is_ok()
+    NetWrites::fold(Commit { ops }).and_then(|w| w.check(view)).is_ok()
 }
 
 #[test]
@@ -88,7 +88,7 @@ fn version_expectations_are_per_incarnation() {
 
 #[test]
 fn delete_then_create_folds_into_one_conditional_put() {
-    let w = NetWrites::fold(&Commit { ops: vec![delete("a", "old", 4), put(meta("a", "new", 0), Expect::Absent)] })
+    let w = NetWrites::fold(Commit { ops: vec![delete("a", "old", 4), put(meta("a", "new", 0), Expect::Absent)] })
         .expect("folds");
     assert_eq!(w.metas.len(), 1);
     assert_eq!(w.metas[0].cond, MetaCond::Version { version: 4, incarnation: "old".into() });
@@ -103,12 +103,12 @@ fn later_ops_are_checked_against_the_earlier_ones() {
     let view = stored("a", 3, "old");
     assert!(!applies(&view, vec![delete("a", "old", 3), delete("a", "old", 3)]));
     let twice = vec![put(meta("a", "i", 1), Expect::Version(0)), put(meta("a", "i", 2), Expect::Version(0))];
-    assert!(matches!(NetWrites::fold(&Commit { ops: twice }), Err(StoreError::Conflict)));
+    assert!(matches!(NetWrites::fold(Commit { ops: twice }), Err(StoreError::Conflict)));
 }
 
 #[test]
 fn create_then_delete_only_checks() {
-    let w = NetWrites::fold(&Commit {
+    let w = NetWrites::fold(Commit {
         ops: vec![put(meta("a", "i", 0), Expect::Absent), chunk("i", 0, 3), delete("a", "i", 0)],
     })
     .expect("folds");
@@ -137,12 +137,11 @@ fn a_wiped_incarnation_is_not_checked_against_its_stored_chunks() {
 
 #[test]
 fn empty_chunks_vanish_and_the_last_producer_write_wins() {
-    let w =
-        NetWrites::fold(&Commit { ops: vec![chunk("i", 0, 0), producer("i", 1), producer("i", 2)] }).expect("folds");
+    let w = NetWrites::fold(Commit { ops: vec![chunk("i", 0, 0), producer("i", 1), producer("i", 2)] }).expect("folds");
     assert!(w.chunks.is_empty());
     assert_eq!(w.producers.len(), 1);
     assert_eq!(w.producers[0].state.last_seq, 2);
-    let w = NetWrites::fold(&Commit { ops: vec![producer("i", 1), delete("a", "i", 0)] }).expect("folds");
+    let w = NetWrites::fold(Commit { ops: vec![producer("i", 1), delete("a", "i", 0)] }).expect("folds");
     assert!(w.producers.is_empty(), "a wipe removes the producer states it follows");
 }
 
@@ -172,7 +171,7 @@ fn later_record_writes_see_earlier_ones_and_wipes() {
     let mut view = stored("a", 1, "i");
     view.2.insert(("a".into(), "i".into(), "k".into()), 3);
     let chained = vec![record("i", "k", 4, RecordExpect::Revision(3)), record("i", "k", 5, RecordExpect::Revision(4))];
-    let w = NetWrites::fold(&Commit { ops: chained.clone() }).expect("folds");
+    let w = NetWrites::fold(Commit { ops: chained.clone() }).expect("folds");
     assert_eq!(w.records.len(), 1, "one write per key");
     assert_eq!((w.records[0].record.revision, w.records[0].expect), (5, Some(RecordExpect::Revision(3))));
     assert!(applies(&view, chained));
@@ -183,7 +182,7 @@ fn later_record_writes_see_earlier_ones_and_wipes() {
     // After a wipe of its incarnation the key is absent, whatever is stored.
     assert!(applies(&view, vec![delete("a", "i", 1), record("i", "k", 1, RecordExpect::Absent)]));
     assert!(!applies(&view, vec![delete("a", "i", 1), record("i", "k", 4, RecordExpect::Revision(3))]));
-    let w = NetWrites::fold(&Commit { ops: vec![record("i", "k", 4, RecordExpect::Revision(3)), delete("a", "i", 1)] })
+    let w = NetWrites::fold(Commit { ops: vec![record("i", "k", 4, RecordExpect::Revision(3)), delete("a", "i", 1)] })
         .expect("folds");
     assert!(w.records.is_empty(), "a wipe removes the record writes it follows");
 }
@@ -197,7 +196,7 @@ fn oversized_records_are_refused_whole() {
         record: Record { revision: 1, value: Bytes::from(vec![0u8; crate::MAX_RECORD_BYTES + 1]) },
         expect: RecordExpect::Absent,
     };
-    assert!(matches!(NetWrites::fold(&Commit { ops: vec![big] }), Err(StoreError::TooLarge(_))));
+    assert!(matches!(NetWrites::fold(Commit { ops: vec![big] }), Err(StoreError::TooLarge(_))));
     let long_key = record("i", &"k".repeat(crate::MAX_RECORD_KEY_BYTES + 1), 1, RecordExpect::Absent);
-    assert!(matches!(NetWrites::fold(&Commit { ops: vec![long_key] }), Err(StoreError::TooLarge(_))));
+    assert!(matches!(NetWrites::fold(Commit { ops: vec![long_key] }), Err(StoreError::TooLarge(_))));
 }
