@@ -114,6 +114,14 @@ pub async fn start(spec: &ServerSpec, work: &Path, label: &str) -> Result<Runnin
     let mut cmd = Command::new(prog);
     cmd.args(args).stdin(Stdio::null()).stdout(out).stderr(err).kill_on_drop(true);
 
+    // Write back what earlier servers (and removing their data dirs) left
+    // dirty first: otherwise a durable server's first fsync at start-up
+    // waits for that write-back, and its cold start depends on which server
+    // ran before it.
+    let synced = Command::new("sync").status().await;
+    if !synced.as_ref().is_ok_and(|s| s.success()) {
+        bail!("`sync` before starting {} failed: {synced:?}", spec.name);
+    }
     let t0 = Instant::now();
     let mut child = cmd.spawn().with_context(|| format!("spawning {cmdline}"))?;
     let pid = child.id().ok_or_else(|| anyhow!("{}: no pid", spec.name))?;
