@@ -4,7 +4,7 @@ use std::error::Error as StdError;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -16,6 +16,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::CertificateDer;
+use tokio::sync::OnceCell;
 use url::{Host, Url};
 
 use crate::address::{check_ip, Forbidden};
@@ -80,11 +81,11 @@ type HttpClient = Client<Connector, Full<Bytes>>;
 /// The connector is built on the first request: loading the system's root
 /// certificates (hundreds of files) took about 40% of the server's CPU time
 /// from process start to its first answer, and most processes never make an
-/// outgoing request. The configuration, extra roots included, is checked in
-/// [`EgressClient::new`].
+/// outgoing request. That load runs on the blocking pool, once. The
+/// configuration, extra roots included, is checked in [`EgressClient::new`].
 #[derive(Clone)]
 pub struct EgressClient {
-    http: Arc<OnceLock<Result<HttpClient, String>>>,
+    http: Arc<OnceCell<HttpClient>>,
     extra_roots: Arc<[CertificateDer<'static>]>,
     cfg: Arc<EgressConfig>,
 }
@@ -97,26 +98,30 @@ impl EgressClient {
         };
         // The same build as on first use, without the system's roots.
         tls_config(rustls::RootCertStore::empty(), &extra_roots)?;
-        Ok(Self { http: Arc::new(OnceLock::new()), extra_roots, cfg: Arc::new(cfg) })
+        Ok(Self { http: Arc::new(OnceCell::new()), extra_roots, cfg: Arc::new(cfg) })
     }
 
-    fn http(&self) -> Result<&HttpClient, EgressError> {
-        let built = self.http.get_or_init(|| {
-            let mut roots = rustls::RootCertStore::empty();
-            roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
-            let tls = tls_config(roots, &self.extra_roots).map_err(|e| e.to_string())?;
-            let cfg = &self.cfg;
-            let mut tcp = HttpConnector::new_with_resolver(GuardedResolver { allow_loopback: cfg.allow_loopback });
-            tcp.enforce_http(false);
-            tcp.set_connect_timeout(Some(cfg.timeout));
-            let builder = hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(tls);
-            // Plain http is refused by `check_url` unless it goes to loopback.
-            let builder = if cfg.allow_http_loopback { builder.https_or_http() } else { builder.https_only() };
-            let https = builder.enable_http1().wrap_connector(tcp);
-            // No proxy and no redirects: the legacy client does neither.
-            Ok(Client::builder(TokioExecutor::new()).build(https))
-        });
-        built.as_ref().map_err(|e| EgressError::Tls(e.clone()))
+    async fn http(&self) -> Result<&HttpClient, EgressError> {
+        self.http
+            .get_or_try_init(|| async {
+                let native = tokio::task::spawn_blocking(rustls_native_certs::load_native_certs)
+                    .await
+                    .map_err(|e| EgressError::Tls(format!("loading the system's root certificates: {e}")))?;
+                let mut roots = rustls::RootCertStore::empty();
+                roots.add_parsable_certificates(native.certs);
+                let tls = tls_config(roots, &self.extra_roots)?;
+                let cfg = &self.cfg;
+                let mut tcp = HttpConnector::new_with_resolver(GuardedResolver { allow_loopback: cfg.allow_loopback });
+                tcp.enforce_http(false);
+                tcp.set_connect_timeout(Some(cfg.timeout));
+                let builder = hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(tls);
+                // Plain http is refused by `check_url` unless it goes to loopback.
+                let builder = if cfg.allow_http_loopback { builder.https_or_http() } else { builder.https_only() };
+                let https = builder.enable_http1().wrap_connector(tcp);
+                // No proxy and no redirects: the legacy client does neither.
+                Ok(Client::builder(TokioExecutor::new()).build(https))
+            })
+            .await
     }
 
     /// Checks a URL against the rules that need no DNS: `https` (or `http`
@@ -168,7 +173,7 @@ impl EgressClient {
     ) -> Result<(u16, Bytes), EgressError> {
         let url = self.check_url(url)?;
         let req = build(&url).map_err(|e| EgressError::BadUrl(e.to_string()))?;
-        let resp = self.http()?.request(req).await.map_err(request_error)?;
+        let resp = self.http().await?.request(req).await.map_err(request_error)?;
         let peer = resp.extensions().get::<HttpInfo>().map(HttpInfo::remote_addr);
         let peer = peer.ok_or_else(|| EgressError::Request("no peer address".into()))?;
         check_ip(peer.ip(), self.cfg.allow_loopback)
@@ -318,8 +323,8 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
 
-    #[test]
-    fn extra_roots_are_checked_at_construction_and_system_roots_loaded_on_first_use() {
+    #[tokio::test]
+    async fn extra_roots_are_checked_at_construction_and_system_roots_loaded_on_first_use() {
         let with =
             |pem: &[u8]| EgressClient::new(EgressConfig { extra_roots_pem: Some(pem.to_vec()), ..Default::default() });
         assert!(matches!(with(b"not pem"), Err(EgressError::Tls(m)) if m.contains("no certificate")));
@@ -327,8 +332,8 @@ mod tests {
         assert!(matches!(with(not_der), Err(EgressError::Tls(m)) if m.contains("extra CA")));
         let client = EgressClient::new(EgressConfig::default()).unwrap();
         assert!(client.http.get().is_none(), "nothing built before the first request");
-        client.http().unwrap();
-        assert!(client.http.get().is_some_and(Result::is_ok), "built once, on first use");
+        client.http().await.unwrap();
+        assert!(client.http.get().is_some(), "built once, on first use");
     }
 
     #[test]
