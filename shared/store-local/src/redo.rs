@@ -1,32 +1,33 @@
 //! What a log entry holds, and recovery from the log.
 //!
 //! # The commit protocol (the writer thread, one batch at a time)
-//! 1. check and apply the batch's commits in a redb write transaction (not
-//!    yet visible to readers);
-//! 2. append the applied net writes (and flushed touches) to the log as one
+//! 1. check the batch's commits against its own staged writes, the overlay
+//!    and the tables, staging those that hold;
+//! 2. append the staged net writes (and flushed touches) to the log as one
 //!    entry, numbered by the next log sequence number (LSN), and `fdatasync`
 //!    it: **the commit point**;
-//! 3. commit the transaction non-durably (no sync): readers see the batch;
+//! 3. merge the staged writes into the overlay ([`crate::overlay`]): readers
+//!    see the batch;
 //! 4. acknowledge the commits.
 //!
 //! So a reader never sees a write that is not durable, and every acknowledged
-//! write is in the log or in redb's durable state. Every transaction also
-//! records the LSN of the last entry it contains (the `log` table).
+//! write is in the log or in redb's durable state.
 //!
 //! About once a second, or when the log passes [`crate::writer`]'s size
-//! bound, step 3 is a durable commit instead (a *checkpoint*): everything up
-//! to it is then in redb's durable state and the log is emptied. Checkpoints
+//! bound, a *checkpoint* writes the overlay into the tables in one durable
+//! redb transaction that also records the LSN of the last entry it covers
+//! (the `log` table); then the overlay and the log are emptied. Checkpoints
 //! use redb's quick-repair (its allocator state saved, two-phase commit):
 //! without it, opening after a crash walked the whole file (measured: about
-//! 1 s for 1.3 GB); the extra sync it costs is paid once a second, not per
-//! batch.
+//! 1 s for 1.3 GB).
 //!
-//! # Recovery ([`recover`], at open and after any failed batch)
+//! # Recovery ([`recover`], at open and after a failed checkpoint or log write)
 //! redb rolls back to its last durable commit; the entries after the LSN it
 //! records are applied again, in order, in one durable transaction, and the
 //! log is emptied. A first entry past that LSN that does not directly follow
-//! it means entries are missing: the store refuses to open. An entry applies exactly the net writes its batch applied,
-//! and replay starts from the state that batch saw, so it lands the same.
+//! it means entries are missing: the store refuses to open. An entry applies
+//! exactly the net writes its batch staged, and replay starts from the state
+//! that batch saw, so it lands the same as the overlay did.
 //!
 //! # Entry body
 //! Little-endian; strings and byte strings as `u32 length ‖ bytes`:

@@ -7,11 +7,11 @@
 
 use std::path::Path;
 use std::sync::mpsc::{channel, Sender};
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard};
 use std::thread::JoinHandle;
 
 use async_trait::async_trait;
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use ds_core::fold::NetWrites;
 use ds_core::{Chunk, Commit, PendingCommit, ProducerState, Record, StoreError, StreamHandle, StreamMeta, StreamStore};
 use redb::{ReadTransaction, ReadableDatabase};
@@ -20,6 +20,7 @@ use tokio::sync::oneshot;
 use crate::error::{storage, OpenError};
 use crate::handle::DbHandle;
 use crate::meta_cache::CommittedMetas;
+use crate::overlay::{join_chunks, merge_chunks, merge_listing, Found, Overlay};
 use crate::tables::{self, CHUNKS, LOG, META, PRODUCERS, RECORDS};
 use crate::touch::TouchOverlay;
 use crate::wal::Wal;
@@ -40,6 +41,8 @@ pub struct LocalStore {
     touches: Arc<TouchOverlay>,
     metas: Arc<CommittedMetas>,
     counters: Arc<Counters>,
+    /// Durable writes not yet in the tables (see `overlay`): read first.
+    overlay: Arc<RwLock<Overlay>>,
     jobs: Option<Sender<Job>>,
     writer: Option<JoinHandle<()>>,
 }
@@ -77,6 +80,7 @@ impl LocalStore {
         let touches = Arc::new(TouchOverlay::default());
         let metas = Arc::new(CommittedMetas::default());
         let counters = Arc::new(Counters::default());
+        let overlay = Arc::new(RwLock::new(Overlay::default()));
         counters.replayed.store(recovered.replayed, std::sync::atomic::Ordering::Relaxed);
         let (tx, rx) = channel();
         let writer = {
@@ -84,6 +88,7 @@ impl LocalStore {
                 touches: Arc::clone(&touches),
                 metas: Arc::clone(&metas),
                 counters: Arc::clone(&counters),
+                overlay: Arc::clone(&overlay),
             };
             let db = Arc::clone(&db);
             std::thread::Builder::new()
@@ -91,13 +96,25 @@ impl LocalStore {
                 .spawn(move || writer::run(db, wal, next_lsn, rx, state))
                 .map_err(OpenError::Writer)?
         };
-        Ok(Self { db, touches, metas, counters, jobs: Some(tx), writer: Some(writer) })
+        Ok(Self { db, touches, metas, counters, overlay, jobs: Some(tx), writer: Some(writer) })
     }
 
     /// What the writer has done so far (commits answered, log syncs made,
     /// log entries replayed).
     pub fn stats(&self) -> WriterStats {
         self.counters.snapshot()
+    }
+
+    fn overlay(&self) -> RwLockReadGuard<'_, Overlay> {
+        self.overlay.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The overlay's meta of `path` (`None`: ask the tables).
+    fn overlay_meta(&self, path: &str) -> Option<Option<StreamMeta>> {
+        match self.overlay().meta(path) {
+            Found::Here(meta) => Some(meta.cloned()),
+            Found::Below => None,
+        }
     }
 
     /// Run `read` in a fresh read transaction on the blocking pool.
@@ -129,10 +146,16 @@ impl Drop for LocalStore {
 #[async_trait]
 impl StreamStore for LocalStore {
     async fn read_meta(&self, stream: &StreamHandle) -> Result<Option<StreamMeta>, StoreError> {
-        // Overlay first, then the read transaction (see `touch` module docs).
+        // The pending touch first, then the overlay, then the read
+        // transaction (see the `touch` and `overlay` module docs).
         let touch = self.touches.get(stream.path());
-        let owned = stream.path().to_owned();
-        let mut meta = self.read(move |txn| tables::get_meta(&txn.open_table(META).map_err(storage)?, &owned)).await?;
+        let mut meta = match self.overlay_meta(stream.path()) {
+            Some(meta) => meta,
+            None => {
+                let owned = stream.path().to_owned();
+                self.read(move |txn| tables::get_meta(&txn.open_table(META).map_err(storage)?, &owned)).await?
+            }
+        };
         if let (Some(meta), Some(touch)) = (meta.as_mut(), touch) {
             touch.apply_to(meta);
         }
@@ -142,16 +165,19 @@ impl StreamStore for LocalStore {
     /// Served from the metas the writer committed last when it has this
     /// stream's (see `meta_cache`), else read like [`Self::read_meta`].
     async fn read_meta_for_update(&self, stream: &StreamHandle) -> Result<Option<StreamMeta>, StoreError> {
-        // Overlay first, as in `read_meta`: the writer merges a flushed touch
-        // into the cache before it forgets the overlay entry.
+        // The pending touch first, as in `read_meta`: the writer merges a
+        // flushed touch into the overlay and the cache before it forgets it.
         let touch = self.touches.get(stream.path());
-        let Some(mut meta) = self.metas.get(stream.path()) else {
+        // The overlay has the latest write since the checkpoint, the cache
+        // the latest of a recently written stream.
+        let Some(mut meta) = self.overlay_meta(stream.path()).or_else(|| self.metas.get(stream.path()).map(Some))
+        else {
             return self.read_meta(stream).await;
         };
-        if let Some(touch) = touch {
-            touch.apply_to(&mut meta);
+        if let (Some(meta), Some(touch)) = (meta.as_mut(), touch) {
+            touch.apply_to(meta);
         }
-        Ok(Some(meta))
+        Ok(meta)
     }
 
     async fn read_chunks(
@@ -162,12 +188,21 @@ impl StreamStore for LocalStore {
         until: u64,
         max_bytes: usize,
     ) -> Result<Vec<Chunk>, StoreError> {
+        if from >= until {
+            return Ok(Vec::new());
+        }
+        let part = self.overlay().chunks(stream.path(), incarnation, from, until);
+        let Some(below) = part.below.filter(|below| *below > from) else {
+            return Ok(merge_chunks(Vec::new(), part.chunks, max_bytes));
+        };
         let (path, incarnation) = (stream.path().to_owned(), incarnation.to_owned());
-        self.read(move |txn| {
-            let table = txn.open_table(CHUNKS).map_err(storage)?;
-            tables::read_chunks(&table, &path, &incarnation, from, until, max_bytes)
-        })
-        .await
+        let lower = self
+            .read(move |txn| {
+                let table = txn.open_table(CHUNKS).map_err(storage)?;
+                tables::read_chunks(&table, &path, &incarnation, from, below, max_bytes)
+            })
+            .await?;
+        Ok(merge_chunks(lower, part.chunks, max_bytes))
     }
 
     async fn read_contiguous(
@@ -181,12 +216,27 @@ impl StreamStore for LocalStore {
         if ds_core::contiguous_len(from, until, max_bytes).is_none() {
             return Ok(None);
         }
+        let part = self.overlay().chunks(stream.path(), incarnation, from, until);
+        let Some(below) = part.below.filter(|below| *below > from) else {
+            return Ok(join_chunks(&part.chunks, from, until));
+        };
         let (path, incarnation) = (stream.path().to_owned(), incarnation.to_owned());
-        self.read(move |txn| {
-            let table = txn.open_table(CHUNKS).map_err(storage)?;
-            tables::read_contiguous(&table, &path, &incarnation, from, until)
-        })
-        .await
+        let lower = self
+            .read(move |txn| {
+                let table = txn.open_table(CHUNKS).map_err(storage)?;
+                tables::read_contiguous(&table, &path, &incarnation, from, below)
+            })
+            .await?;
+        let (Some(lower), Some(upper)) = (lower, join_chunks(&part.chunks, below, until)) else {
+            return Ok(None);
+        };
+        if upper.is_empty() {
+            return Ok(Some(lower));
+        }
+        let mut both = BytesMut::with_capacity(lower.len() + upper.len());
+        both.extend_from_slice(&lower);
+        both.extend_from_slice(&upper);
+        Ok(Some(both.freeze()))
     }
 
     async fn read_producer(
@@ -195,6 +245,9 @@ impl StreamStore for LocalStore {
         incarnation: &str,
         producer_id: &str,
     ) -> Result<Option<ProducerState>, StoreError> {
+        if let Found::Here(state) = self.overlay().producer(stream.path(), incarnation, producer_id) {
+            return Ok(state);
+        }
         let key = (stream.path().to_owned(), incarnation.to_owned(), producer_id.to_owned());
         self.read(move |txn| {
             let table = txn.open_table(PRODUCERS).map_err(storage)?;
@@ -209,6 +262,9 @@ impl StreamStore for LocalStore {
         incarnation: &str,
         key: &str,
     ) -> Result<Option<Record>, StoreError> {
+        if let Found::Here(record) = self.overlay().record(stream.path(), incarnation, key) {
+            return Ok(record.cloned());
+        }
         let k = (stream.path().to_owned(), incarnation.to_owned(), key.to_owned());
         self.read(move |txn| {
             let table = txn.open_table(RECORDS).map_err(storage)?;
@@ -244,10 +300,14 @@ impl StreamStore for LocalStore {
 
     async fn list_streams(&self, after: Option<&str>, limit: usize) -> Result<Vec<StreamMeta>, StoreError> {
         let touches = self.touches.all();
+        let upper = self.overlay().metas_after("", after, limit);
+        // Each overlay entry hides or replaces at most one stored one.
+        let wanted = limit.saturating_add(upper.len());
         let after = after.map(str::to_owned);
-        let mut metas = self
-            .read(move |txn| tables::list_metas(&txn.open_table(META).map_err(storage)?, after.as_deref(), limit))
+        let lower = self
+            .read(move |txn| tables::list_metas(&txn.open_table(META).map_err(storage)?, after.as_deref(), wanted))
             .await?;
+        let mut metas = merge_listing(lower, upper, limit);
         for meta in &mut metas {
             if let Some(touch) = touches.get(&meta.path) {
                 touch.apply_to(meta);
@@ -263,13 +323,16 @@ impl StreamStore for LocalStore {
         limit: usize,
     ) -> Result<Vec<StreamMeta>, StoreError> {
         let touches = self.touches.all();
+        let upper = self.overlay().metas_after(prefix, after, limit);
+        let wanted = limit.saturating_add(upper.len());
         let (prefix, after) = (prefix.to_owned(), after.map(str::to_owned));
-        let mut metas = self
+        let lower = self
             .read(move |txn| {
                 let table = txn.open_table(META).map_err(storage)?;
-                tables::list_metas_with_prefix(&table, &prefix, after.as_deref(), limit)
+                tables::list_metas_with_prefix(&table, &prefix, after.as_deref(), wanted)
             })
             .await?;
+        let mut metas = merge_listing(lower, upper, limit);
         for meta in &mut metas {
             if let Some(touch) = touches.get(&meta.path) {
                 touch.apply_to(meta);

@@ -18,7 +18,7 @@ use std::ops::Bound;
 use bytes::{Bytes, BytesMut};
 use ds_core::fold::{MetaEffect, NetWrites, StateView};
 use ds_core::{Chunk, ProducerState, Record, StoreError, StreamMeta};
-use redb::{ReadableTable, ReadableTableMetadata, Table, TableDefinition, WriteTransaction};
+use redb::{ReadOnlyTable, ReadableTable, ReadableTableMetadata, Table, TableDefinition, WriteTransaction};
 
 use crate::codec::{self, decode_meta, encode_meta};
 use crate::error::storage;
@@ -296,9 +296,7 @@ impl<'txn> WriteTables<'txn> {
                 (MetaEffect::Put(_), None) => {
                     return Err(StoreError::Backend(format!("local store: meta of {} not encoded", m.path)));
                 }
-                (MetaEffect::Delete, _) => {
-                    self.meta.remove(m.path.as_str()).map_err(storage)?;
-                }
+                (MetaEffect::Delete, _) => self.remove_meta(&m.path)?,
                 (MetaEffect::CheckOnly, _) => {}
             }
         }
@@ -306,14 +304,46 @@ impl<'txn> WriteTables<'txn> {
             self.put_chunk(&c.path, &c.incarnation, c.start, &c.data)?;
         }
         for p in &writes.producers {
-            let key = (p.path.as_str(), p.incarnation.as_str(), p.producer_id.as_str());
-            self.producers.insert(key, codec::encode_producer(p.state)).map_err(storage)?;
+            self.put_producer(&p.path, &p.incarnation, &p.producer_id, p.state)?;
         }
         for r in &writes.records {
-            let key = (r.path.as_str(), r.incarnation.as_str(), r.key.as_str());
-            let (revision, value) = (r.record.revision, r.record.value.as_ref());
-            self.records.insert(key, (revision, codec::record_sum(revision, value), value)).map_err(storage)?;
+            self.put_record(&r.path, &r.incarnation, &r.key, &r.record)?;
         }
+        Ok(())
+    }
+
+    pub(crate) fn put_meta(&mut self, meta: &StreamMeta) -> Result<(), StoreError> {
+        self.meta.insert(meta.path.as_str(), encode_meta(meta)?.as_slice()).map_err(storage)?;
+        Ok(())
+    }
+
+    pub(crate) fn remove_meta(&mut self, path: &str) -> Result<(), StoreError> {
+        self.meta.remove(path).map_err(storage)?;
+        Ok(())
+    }
+
+    pub(crate) fn put_producer(
+        &mut self,
+        path: &str,
+        incarnation: &str,
+        id: &str,
+        state: ProducerState,
+    ) -> Result<(), StoreError> {
+        self.producers.insert((path, incarnation, id), codec::encode_producer(state)).map_err(storage)?;
+        Ok(())
+    }
+
+    pub(crate) fn put_record(
+        &mut self,
+        path: &str,
+        incarnation: &str,
+        key: &str,
+        record: &Record,
+    ) -> Result<(), StoreError> {
+        let (revision, value) = (record.revision, record.value.as_ref());
+        self.records
+            .insert((path, incarnation, key), (revision, codec::record_sum(revision, value), value))
+            .map_err(storage)?;
         Ok(())
     }
 
@@ -323,7 +353,13 @@ impl<'txn> WriteTables<'txn> {
     /// append (per-row cost dominated reads of small appends). Rows still
     /// start at append boundaries and hold whole appends, so a row holds
     /// whole JSON messages; bytes at a position never change.
-    fn put_chunk(&mut self, path: &str, incarnation: &str, start: u64, data: &[u8]) -> Result<(), StoreError> {
+    pub(crate) fn put_chunk(
+        &mut self,
+        path: &str,
+        incarnation: &str,
+        start: u64,
+        data: &[u8],
+    ) -> Result<(), StoreError> {
         if data.len() < ROW_TARGET {
             if let Some((row_start, sum, joined)) = self.extendable_row(path, incarnation, start, data)? {
                 let key = (path, incarnation, row_start);
@@ -362,7 +398,7 @@ impl<'txn> WriteTables<'txn> {
     }
 
     /// Remove every chunk and producer state of `(path, incarnation)`.
-    fn wipe(&mut self, path: &str, incarnation: &str) -> Result<(), StoreError> {
+    pub(crate) fn wipe(&mut self, path: &str, incarnation: &str) -> Result<(), StoreError> {
         self.chunks.retain_in((path, incarnation, 0)..=(path, incarnation, u64::MAX), |_, _| false).map_err(storage)?;
         for id in keys_of(&self.producers, path, incarnation)? {
             self.producers.remove((path, incarnation, id.as_str())).map_err(storage)?;
@@ -388,7 +424,30 @@ impl<'txn> WriteTables<'txn> {
     }
 }
 
-impl StateView for WriteTables<'_> {
+/// The tables of one read transaction, opened once: the writer checks
+/// commits against the same snapshot until the next checkpoint changes the
+/// tables (between checkpoints nothing else writes them).
+pub(crate) struct ReadTables {
+    meta: ReadOnlyTable<&'static str, &'static [u8]>,
+    chunks: ReadOnlyTable<ChunkKey, ChunkValue>,
+    records: ReadOnlyTable<RecordKey, RecordValue>,
+}
+
+impl ReadTables {
+    pub(crate) fn open(txn: &redb::ReadTransaction) -> Result<Self, StoreError> {
+        Ok(Self {
+            meta: txn.open_table(META).map_err(storage)?,
+            chunks: txn.open_table(CHUNKS).map_err(storage)?,
+            records: txn.open_table(RECORDS).map_err(storage)?,
+        })
+    }
+
+    pub(crate) fn meta(&self, path: &str) -> Result<Option<StreamMeta>, StoreError> {
+        get_meta(&self.meta, path)
+    }
+}
+
+impl StateView for ReadTables {
     fn meta_version(&self, path: &str) -> Result<Option<(u64, String)>, StoreError> {
         Ok(get_meta(&self.meta, path)?.map(|m| (m.version, m.incarnation)))
     }

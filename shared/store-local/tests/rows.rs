@@ -33,11 +33,20 @@ async fn small_appends_share_rows_large_ones_stand_alone() {
     let after = append(&s, &meta.path, Bytes::from_static(b"after"), None).await;
     expected.extend_from_slice(b"after");
 
-    let chunks = s
-        .store
-        .read_chunks(&StreamHandle::detached(&meta.path), &meta.incarnation, 0, after.meta.tail, usize::MAX)
-        .await
-        .unwrap();
+    let read_all = |s: ds_core::Substrate| {
+        let (path, incarnation) = (meta.path.clone(), meta.incarnation.clone());
+        async move {
+            s.store.read_chunks(&StreamHandle::detached(&path), &incarnation, 0, after.meta.tail, usize::MAX).await
+        }
+    };
+    // Served from the overlay (and the tables, if a checkpoint ran between).
+    let chunks = read_all(s.clone()).await.unwrap();
+    assert_tiles(&chunks, after.meta.tail);
+    assert_eq!(bytes_at(&chunks, 0, after.meta.tail), expected);
+    // The layout in the tables: dropping the store checkpoints everything.
+    drop((s, _due));
+    let (s, _due) = local_substrate(dir.path()).unwrap();
+    let chunks = read_all(s.clone()).await.unwrap();
     assert_tiles(&chunks, after.meta.tail);
     assert_eq!(bytes_at(&chunks, 0, after.meta.tail), expected);
     let small_rows: Vec<_> = chunks.iter().filter(|c| c.start < big_at).collect();
@@ -93,9 +102,14 @@ async fn extending_a_damaged_row_keeps_the_damage_detected() {
         }
         txn.commit().unwrap();
     }
-    let (s, _due) = local_substrate(dir.path()).unwrap();
-    let done = append(&s, &path, Bytes::from_static(b"fourth;"), None).await;
+    let done = {
+        let (s, _due) = local_substrate(dir.path()).unwrap();
+        append(&s, &path, Bytes::from_static(b"fourth;"), None).await
+        // The append sits in the overlay until a checkpoint writes it into
+        // the tables, extending the damaged row: dropping the store does.
+    };
     assert_eq!(done.position, 19);
+    let (s, _due) = local_substrate(dir.path()).unwrap();
     let read = s.store.read_chunks(&StreamHandle::detached(&path), &incarnation, 0, done.meta.tail, usize::MAX).await;
     assert!(matches!(read, Err(StoreError::Backend(_))), "the extended row still fails its check: {read:?}");
     let whole = s.store.read_contiguous(&StreamHandle::detached(&path), &incarnation, 0, done.meta.tail, 1 << 20).await;
