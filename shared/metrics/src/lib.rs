@@ -9,9 +9,10 @@
 //! - `ds_http_request_bytes_total{route}`, `ds_http_response_bytes_total{route}`;
 //! - `ds_live_readers{mode}`: open long-poll and SSE requests;
 //! - `ds_stream_contexts`: streams with in-process state (in use now);
-//! - `ds_store_commit_batch_size`, `ds_store_fsync_seconds`: the local
-//!   store's group commit (commits per durable transaction, and how long
-//!   each transaction's commit with its fsync took).
+//! - `ds_store_commit_batch_size`, `ds_store_fsync_seconds`,
+//!   `ds_store_checkpoint_seconds`: the local store's group commit (commits
+//!   per durable batch, how long each batch's log append with its fsync
+//!   took) and its checkpoints (writing the overlay into the tables).
 
 pub mod emf;
 pub mod prometheus;

@@ -101,7 +101,12 @@ fn describe() {
     describe_gauge!("ds_live_readers", "Open live reads (long-poll, SSE)");
     describe_gauge!("ds_stream_contexts", "Streams with in-process state (in use now)");
     describe_histogram!("ds_store_commit_batch_size", "Commits per durable transaction (group commit)");
-    describe_histogram!("ds_store_fsync_seconds", Unit::Seconds, "Durable transaction commit time, fsync included");
+    describe_histogram!("ds_store_fsync_seconds", Unit::Seconds, "Durable batch commit time: log append and fdatasync");
+    describe_histogram!(
+        "ds_store_checkpoint_seconds",
+        Unit::Seconds,
+        "Checkpoint time: the overlay written into the tables, fsync included"
+    );
     describe_gauge!("ds_processor_streams", "Streams a hosted processor runs on, by processor");
     describe_gauge!(
         "ds_processor_max_lag",

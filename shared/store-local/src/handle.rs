@@ -4,10 +4,10 @@
 //! refuses every later operation with `PreviousIo` until the database is
 //! closed and opened again. Without a reopen, one moment of `ENOSPC` would
 //! stop the store until the process restarts. Before the batch after a failed
-//! one, the writer thread reopens the file (redb recovers it to its last
-//! durable commit) and replays the log on it ([`crate::redo::recover`]),
-//! retrying before each later batch while that fails; reads meanwhile answer
-//! `Unavailable`.
+//! checkpoint (or a log write whose outcome is unknown), the writer thread
+//! reopens the file (redb recovers it to its last durable commit) and replays
+//! the log on it ([`crate::redo::recover`]), retrying before each later batch
+//! while that fails; reads of the tables meanwhile answer `Unavailable`.
 
 use std::path::PathBuf;
 use std::sync::{Arc, PoisonError, RwLock};

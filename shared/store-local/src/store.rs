@@ -162,8 +162,9 @@ impl StreamStore for LocalStore {
         Ok(meta)
     }
 
-    /// Served from the metas the writer committed last when it has this
-    /// stream's (see `meta_cache`), else read like [`Self::read_meta`].
+    /// Served from the overlay, else from the metas the writer committed
+    /// last when it has this stream's (see `meta_cache`), else read like
+    /// [`Self::read_meta`].
     async fn read_meta_for_update(&self, stream: &StreamHandle) -> Result<Option<StreamMeta>, StoreError> {
         // The pending touch first, as in `read_meta`: the writer merges a
         // flushed touch into the overlay and the cache before it forgets it.

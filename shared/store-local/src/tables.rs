@@ -254,8 +254,8 @@ fn keys_of<V: redb::Value + 'static>(
     Ok(names)
 }
 
-/// The tables opened inside the writer's transaction. Reads through it see
-/// the writes of earlier commits of the same batch.
+/// The tables opened inside a write transaction: a checkpoint writing the
+/// overlay, or recovery replaying the log.
 pub(crate) struct WriteTables<'txn> {
     meta: Table<'txn, &'static str, &'static [u8]>,
     chunks: Table<'txn, ChunkKey, ChunkValue>,

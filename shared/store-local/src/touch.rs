@@ -7,10 +7,10 @@
 //! on a commit batch, or on its own when idle); a crash loses at most that
 //! window of touches, which only shortens a stream's lifetime by that much.
 //!
-//! Ordering invariant for readers: take the overlay entry *before* opening the
-//! read transaction. An entry is only forgotten after the flush that wrote it
-//! committed, so a reader either still sees the entry or reads the flushed
-//! meta — never neither.
+//! Ordering invariant for readers: take the pending touch *before* looking in
+//! the store's overlay and tables. An entry is only forgotten after the flush
+//! that wrote it is durable and merged into the overlay, so a reader either
+//! still sees the entry or reads the flushed meta — never neither.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
