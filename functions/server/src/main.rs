@@ -74,7 +74,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         max_live_readers: args.limits.max_live_readers,
         body_read_timeout: args.limits.body_read_timeout,
     };
-    let router = ds_http::router_with(service.clone(), http, ops);
+    let app = ds_http::app_with(service.clone(), http, ops);
     let listener = tokio::net::TcpListener::bind(args.bind).await.with_context(|| format!("binding {}", args.bind))?;
     let scheme = if tls.is_some() { "https" } else { "http" };
     tracing::info!(addr = %listener.local_addr()?, scheme, store = ?args.store, "serving Durable Streams at /v1/stream/");
@@ -85,8 +85,8 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     };
     let limits = args.limits.conn_limits();
     match tls {
-        Some(config) => ds_http::serve_with(listener, router, limits, tls::Tls::new(config), shutdown).await,
-        None => ds_http::serve(listener, router, limits, shutdown).await,
+        Some(config) => ds_http::serve_with(listener, app, limits, tls::Tls::new(config), shutdown).await,
+        None => ds_http::serve(listener, app, limits, shutdown).await,
     }
     if let Some(p) = processors {
         p.shutdown().await;

@@ -40,6 +40,8 @@
 //! If any op fails, the whole commit fails with [`StoreError::Conflict`] and
 //! nothing is applied.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 
 use crate::{
@@ -51,7 +53,7 @@ use crate::{
 /// and local stores implement it over their state inside the write lock).
 pub trait StateView {
     /// `(version, incarnation)` of the stored meta record at `path`.
-    fn meta_version(&self, path: &str) -> Result<Option<(u64, String)>, StoreError>;
+    fn meta_version(&self, path: &str) -> Result<Option<(u64, Arc<str>)>, StoreError>;
     /// Whether a stored chunk of `(path, incarnation)` overlaps `[start, end)`
     /// (`start < end`).
     fn chunk_overlaps(&self, path: &str, incarnation: &str, start: u64, end: u64) -> Result<bool, StoreError>;
@@ -65,14 +67,14 @@ pub enum MetaCond {
     /// No meta record exists.
     Absent,
     /// The record exists with this version *and* incarnation.
-    Version { version: u64, incarnation: String },
+    Version { version: u64, incarnation: Arc<str> },
 }
 
 impl MetaCond {
     fn holds(&self, stored: Option<(u64, &str)>) -> bool {
         match (self, stored) {
             (Self::Absent, None) => true,
-            (Self::Version { version, incarnation }, Some((v, inc))) => *version == v && incarnation == inc,
+            (Self::Version { version, incarnation }, Some((v, inc))) => *version == v && **incarnation == *inc,
             _ => false,
         }
     }
@@ -91,7 +93,7 @@ pub enum MetaEffect {
 /// A meta record write: precondition on the stored record, net effect.
 #[derive(Debug, Clone, PartialEq)]
 pub struct MetaWrite {
-    pub path: String,
+    pub path: Arc<str>,
     pub cond: MetaCond,
     pub effect: MetaEffect,
 }
@@ -99,8 +101,8 @@ pub struct MetaWrite {
 /// A chunk to store.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ChunkWrite {
-    pub path: String,
-    pub incarnation: String,
+    pub path: Arc<str>,
+    pub incarnation: Arc<str>,
     pub start: u64,
     pub data: Bytes,
     /// Whether the stored chunks of its incarnation must be checked for
@@ -117,8 +119,8 @@ impl ChunkWrite {
 /// A producer state to store.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ProducerWrite {
-    pub path: String,
-    pub incarnation: String,
+    pub path: Arc<str>,
+    pub incarnation: Arc<str>,
     pub producer_id: String,
     pub state: ProducerState,
 }
@@ -126,8 +128,8 @@ pub struct ProducerWrite {
 /// A record to store, with the precondition on the stored one.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RecordWrite {
-    pub path: String,
-    pub incarnation: String,
+    pub path: Arc<str>,
+    pub incarnation: Arc<str>,
     pub key: String,
     pub record: Record,
     /// Precondition on the stored record; `None` when the commit wiped the
@@ -148,14 +150,14 @@ pub struct NetWrites {
     pub records: Vec<RecordWrite>,
     /// `(path, incarnation)` whose stored chunks and producer states the
     /// commit removes (a `DeleteStream`).
-    pub wiped: Vec<(String, String)>,
+    pub wiped: Vec<(Arc<str>, Arc<str>)>,
 }
 
 /// The record at `write`'s path as left by the ops folded so far:
 /// `(version, incarnation)` after a put, nothing after a delete.
 fn staged_state(write: &MetaWrite) -> Option<(u64, &str)> {
     match &write.effect {
-        MetaEffect::Put(meta) => Some((meta.version, meta.incarnation.as_str())),
+        MetaEffect::Put(meta) => Some((meta.version, &*meta.incarnation)),
         MetaEffect::Delete | MetaEffect::CheckOnly => None,
     }
 }
@@ -202,7 +204,7 @@ impl NetWrites {
 
     /// Index into `metas` of the write for `path`, if an earlier op made one.
     fn staged(&self, path: &str) -> Option<usize> {
-        self.metas.iter().position(|m| m.path == path)
+        self.metas.iter().position(|m| *m.path == *path)
     }
 
     fn fold_put_meta(&mut self, meta: StreamMeta, expect: Expect) -> Result<(), StoreError> {
@@ -225,7 +227,7 @@ impl NetWrites {
         Ok(())
     }
 
-    fn fold_delete(&mut self, path: String, incarnation: String, expect_version: u64) -> Result<(), StoreError> {
+    fn fold_delete(&mut self, path: Arc<str>, incarnation: Arc<str>, expect_version: u64) -> Result<(), StoreError> {
         let cond = MetaCond::Version { version: expect_version, incarnation: incarnation.clone() };
         match self.staged(&path) {
             None => {
@@ -250,8 +252,8 @@ impl NetWrites {
 
     fn fold_put_record(
         &mut self,
-        path: String,
-        incarnation: String,
+        path: Arc<str>,
+        incarnation: Arc<str>,
         key: String,
         record: Record,
         expect: RecordExpect,
@@ -293,7 +295,7 @@ impl NetWrites {
     pub fn check(&self, view: &impl StateView) -> Result<(), StoreError> {
         for m in &self.metas {
             let stored = view.meta_version(&m.path)?;
-            if !m.cond.holds(stored.as_ref().map(|(v, i)| (*v, i.as_str()))) {
+            if !m.cond.holds(stored.as_ref().map(|(v, i)| (*v, &**i))) {
                 return Err(StoreError::Conflict);
             }
         }

@@ -5,6 +5,8 @@
 //! the protocol's opaque offset token is only a rendering of a position
 //! (`ds_protocol::offset`). Forks share their source's position space.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
@@ -12,9 +14,9 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ForkOrigin {
     /// Path of the source stream (stream-root-relative).
-    pub source: String,
+    pub source: Arc<str>,
     /// The source's incarnation at fork time; a re-created source is another stream.
-    pub source_incarnation: String,
+    pub source_incarnation: Arc<str>,
     /// Divergence position: the fork's own appends start here.
     pub base: u64,
 }
@@ -39,14 +41,17 @@ pub struct ProducerState {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StreamMeta {
     /// Stream-root-relative path (validated by the core before it gets here).
-    pub path: String,
+    /// Shared, as are the other strings: the meta is cloned several times per
+    /// append (the next meta, the commit, the publish, the prediction), and
+    /// the strings never change once created.
+    pub path: Arc<str>,
     /// Unique per creation. Chunks and producer state are keyed by it, so a
     /// stream re-created at the same path never sees its predecessor's data.
-    pub incarnation: String,
+    pub incarnation: Arc<str>,
     /// Bumped by one on every committed change of this record. Commits carry
     /// the version they read ([`Expect::Version`]) so a stale writer fails.
     pub version: u64,
-    pub content_type: String,
+    pub content_type: Arc<str>,
     pub created_at_ms: i64,
     /// Tail position: one past the last stored byte (own bytes and inherited).
     pub tail: u64,
@@ -160,17 +165,17 @@ pub enum Op {
     /// Store a chunk of `(path, incarnation)`. The core guarantees the chunk
     /// starts at the stream's previous tail; the same commit carries the
     /// `PutMeta` that advances the tail past it.
-    PutChunk { path: String, incarnation: String, chunk: Chunk },
+    PutChunk { path: Arc<str>, incarnation: Arc<str>, chunk: Chunk },
     /// Write one producer's state for `(path, incarnation)`.
-    PutProducer { path: String, incarnation: String, producer_id: String, state: ProducerState },
+    PutProducer { path: Arc<str>, incarnation: Arc<str>, producer_id: String, state: ProducerState },
     /// Remove the stream's meta record (if its version matches) and, now or
     /// later, every chunk, producer and record of `(path, incarnation)`.
     /// Once committed the path reads as absent.
-    DeleteStream { path: String, incarnation: String, expect_version: u64 },
+    DeleteStream { path: Arc<str>, incarnation: Arc<str>, expect_version: u64 },
     /// Write the record `key` of `(path, incarnation)`, if the stored one
     /// matches `expect`. `record.revision` is the revision written (the
     /// writer's choice: the expected one plus one).
-    PutRecord { path: String, incarnation: String, key: String, record: Record, expect: RecordExpect },
+    PutRecord { path: Arc<str>, incarnation: Arc<str>, key: String, record: Record, expect: RecordExpect },
 }
 
 /// A set of writes applied all-or-nothing: either every precondition holds and
@@ -195,8 +200,8 @@ impl Commit {
     /// Paths whose meta record this commit writes or deletes.
     pub fn meta_paths(&self) -> impl Iterator<Item = &str> {
         self.ops.iter().filter_map(|op| match op {
-            Op::PutMeta { meta, .. } => Some(meta.path.as_str()),
-            Op::DeleteStream { path, .. } => Some(path.as_str()),
+            Op::PutMeta { meta, .. } => Some(&*meta.path),
+            Op::DeleteStream { path, .. } => Some(&**path),
             _ => None,
         })
     }
@@ -205,7 +210,7 @@ impl Commit {
 /// What live readers of a stream are told after a commit.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TailSignal {
-    pub incarnation: String,
+    pub incarnation: Arc<str>,
     pub tail: u64,
     pub closed: bool,
     /// The stream was deleted (or expired); waiters should re-read and end.

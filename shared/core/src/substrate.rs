@@ -308,7 +308,12 @@ pub struct StreamHandle {
 impl StreamHandle {
     /// A handle carrying the substrate's context `C` for `path`.
     pub fn new<C: Send + Sync + 'static>(path: &str, context: Arc<C>) -> Self {
-        Self { path: Arc::from(path), context: Some(context) }
+        Self::with_path(Arc::from(path), context)
+    }
+
+    /// [`Self::new`] with the path already shared (no copy of it).
+    pub fn with_path<C: Send + Sync + 'static>(path: Arc<str>, context: Arc<C>) -> Self {
+        Self { path, context: Some(context) }
     }
 
     /// A handle without a substrate context.

@@ -8,7 +8,7 @@ use ds_auth::Op;
 
 use crate::headers as h;
 use crate::processors::{Route, PROCESSORS_PATH};
-use crate::request::stream_path;
+use crate::request::stream_path_ref;
 
 /// What a request needs from access control.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -19,7 +19,9 @@ pub(crate) enum Access {
     /// protocol §12.9), so the access token is not asked for.
     OwnToken,
     /// A valid access token, with these grants. A stream path that does not
-    /// parse needs only a valid token: the handler answers it `400`.
+    /// parse needs only a valid token: the handler answers it `400`. Left
+    /// empty for stream operations when the caller did not ask for grants
+    /// (no access control: metrics need only the route label).
     Grants(Vec<(String, Op)>),
 }
 
@@ -35,7 +37,9 @@ pub(crate) struct Class {
 /// The path a metrics scrape is checked against (`read` on it).
 pub const METRICS_PATH: &str = "__ds/metrics";
 
-pub(crate) fn classify(method: &Method, uri: &Uri, headers: &HeaderMap) -> Class {
+/// `grants`: whether to list the grants of stream operations (access
+/// control is on); without, classifying an append allocates nothing.
+pub(crate) fn classify(method: &Method, uri: &Uri, headers: &HeaderMap, grants: bool) -> Class {
     let public = |route| Class { route, access: Access::Public, live: None };
     if method == Method::OPTIONS {
         return public("preflight");
@@ -57,13 +61,16 @@ pub(crate) fn classify(method: &Method, uri: &Uri, headers: &HeaderMap) -> Class
             }
         }
     }
-    let Ok(path) = stream_path(uri) else {
+    let Ok(path) = stream_path_ref(uri) else {
         return Class { route: "stream_bad_path", access: Access::Grants(Vec::new()), live: None };
     };
     if let Some(rest) = path.strip_prefix("__ds/") {
         return reserved(method, rest, &path);
     }
-    let need = |route, op| Class { route, access: Access::Grants(vec![(path.clone(), op)]), live: None };
+    let need = |route, op| {
+        let access = Access::Grants(if grants { vec![(path.to_string(), op)] } else { Vec::new() });
+        Class { route, access, live: None }
+    };
     match *method {
         Method::GET => {
             let live = live_mode(uri);
@@ -82,7 +89,11 @@ pub(crate) fn classify(method: &Method, uri: &Uri, headers: &HeaderMap) -> Class
             // whose data it exposes.
             Some(source) => Class {
                 route: "stream_fork",
-                access: Access::Grants(vec![(path.clone(), Op::Admin), (fork_source(source), Op::Read)]),
+                access: Access::Grants(if grants {
+                    vec![(path.to_string(), Op::Admin), (fork_source(source), Op::Read)]
+                } else {
+                    Vec::new()
+                }),
                 live: None,
             },
             None => need("stream_create", Op::Write),
@@ -152,7 +163,7 @@ mod tests {
         if let Some(f) = fork {
             headers.insert(h::STREAM_FORKED_FROM, f.parse().unwrap());
         }
-        classify(&method, &uri.parse().unwrap(), &headers)
+        classify(&method, &uri.parse().unwrap(), &headers, true)
     }
 
     fn grants(c: &Class) -> Vec<(String, Op)> {
@@ -175,6 +186,27 @@ mod tests {
         assert_eq!(class(Method::GET, "/v1/stream/a?offset=now&live=sse", None).live, Some("sse"));
         assert_eq!(class(Method::GET, "/v1/stream/a?live=long-poll", None).route, "stream_long_poll");
         assert!(grants(&class(Method::GET, "/v1/stream/a/%2E%2E/b", None)).is_empty(), "bad paths need a token only");
+    }
+
+    #[test]
+    fn without_grants_the_route_label_is_the_same() {
+        for (method, uri, fork) in [
+            (Method::GET, "/v1/stream/a%2Fb?offset=-1", None),
+            (Method::GET, "/v1/stream/a?live=sse", None),
+            (Method::POST, "/v1/stream/a", None),
+            (Method::PUT, "/v1/stream/b", Some("/v1/stream/src/x")),
+            (Method::DELETE, "/v1/stream/a", None),
+            (Method::GET, "/v1/stream/a/%2E%2E/b", None),
+        ] {
+            let mut headers = HeaderMap::new();
+            if let Some(f) = fork {
+                headers.insert(h::STREAM_FORKED_FROM, f.parse().unwrap());
+            }
+            let uri = uri.parse().unwrap();
+            let (with, without) = (classify(&method, &uri, &headers, true), classify(&method, &uri, &headers, false));
+            assert_eq!((with.route, with.live), (without.route, without.live), "{method} {uri}");
+            assert_eq!(without.access, Access::Grants(Vec::new()), "{method} {uri}");
+        }
     }
 
     #[test]

@@ -42,7 +42,8 @@ impl<S> Layer<S> for Edge {
 }
 
 #[derive(Clone)]
-pub(crate) struct EdgeService<S> {
+// `pub` (in a private module) only because [`crate::App`]'s future type names it.
+pub struct EdgeService<S> {
     edge: Edge,
     inner: S,
 }
@@ -63,7 +64,7 @@ where
     fn call(&mut self, req: Request) -> Self::Future {
         let start = Instant::now();
         let class: Option<Class> = (self.edge.metrics.is_some() || self.edge.access.is_some())
-            .then(|| classify(req.method(), req.uri(), req.headers()));
+            .then(|| classify(req.method(), req.uri(), req.headers(), self.edge.access.is_some()));
         let allow_origin = self.edge.cors.allow_origin(req.headers().get(http::header::ORIGIN));
         let observed = match (&self.edge.metrics, &class) {
             (Some(m), Some(class)) => Some(metrics::Observation::begin(m.clone(), class, &req, start)),

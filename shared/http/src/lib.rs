@@ -4,9 +4,11 @@
 //! in the local server and in the Lambda function.
 
 mod access;
+mod app;
 mod classify;
 mod conn_guard;
 mod cors;
+mod dispatch;
 mod edge;
 pub mod error;
 mod handlers;
@@ -27,12 +29,13 @@ use axum::routing::any;
 use axum::Router;
 use ds_core::StreamService;
 
+pub use app::App;
 pub use classify::METRICS_PATH;
 pub use cors::Cors;
 pub use error::ApiError;
 pub use metrics::{Exchange, Metrics};
 pub use processors::PROCESSORS_PATH;
-pub use serve::{serve, serve_connection, serve_with, ConnLimits, Handshake, PlainTcp, Protocol};
+pub use serve::{serve, serve_connection, serve_with, AppService, ConnLimits, Handshake, PlainTcp, Protocol};
 
 /// Limits the HTTP layer enforces before the service sees a request.
 #[derive(Debug, Clone)]
@@ -126,10 +129,16 @@ pub fn router(service: StreamService, cfg: HttpConfig) -> Router {
 }
 
 /// The protocol router with access control, CORS, metrics and health as
-/// configured. Layers, outermost first: tracing, metrics (so refused
-/// requests are counted), security and CORS headers (so a browser can read
-/// a `401`), access control, the routes.
+/// configured: [`app_with`] in an axum [`Router`].
 pub fn router_with(service: StreamService, cfg: HttpConfig, ops: Operations) -> Router {
+    Router::new().fallback_service(app_with(service, cfg, ops))
+}
+
+/// The protocol's HTTP service with access control, CORS, metrics and
+/// health as configured. Layers, outermost first: tracing, metrics (so
+/// refused requests are counted), security and CORS headers (so a browser
+/// can read a `401`), access control, the routes.
+pub fn app_with(service: StreamService, cfg: HttpConfig, ops: Operations) -> App {
     let health = Arc::new(health::Health::new(ops.store_name, service.substrate().store.clone()));
     let live = live::LiveReaders::new(cfg.max_live_readers);
     let state = AppState(Arc::new(AppInner {
@@ -140,21 +149,23 @@ pub fn router_with(service: StreamService, cfg: HttpConfig, ops: Operations) -> 
         subscriptions: ops.subscriptions.clone(),
         live,
     }));
-    let mut router = Router::new()
-        .route("/v1/stream/{*path}", any(handlers::stream))
+    let mut others = Router::new()
         .route("/v1/stream", any(handlers::not_a_stream))
         .route("/v1/stream/", any(handlers::not_a_stream))
-        .fallback(handlers::not_found)
-        .with_state(state)
         .route("/health", axum::routing::get(health::health).with_state(health))
         .route("/v1/processors", any(processors::handle).with_state(ops.processors.clone()))
-        .route("/v1/processors/{*rest}", any(processors::handle).with_state(ops.processors.clone()));
+        .route("/v1/processors/{*rest}", any(processors::handle).with_state(ops.processors.clone()))
+        .fallback(handlers::not_found);
     if let Some(m) = ops.metrics.clone() {
-        router = router.route("/metrics", axum::routing::get(render_metrics).with_state(m));
+        others = others.route("/metrics", axum::routing::get(render_metrics).with_state(m));
     }
-    router
-        .layer(edge::Edge { cors: Arc::new(ops.cors), access: ops.access, metrics: ops.metrics })
-        .layer(tower_http::trace::TraceLayer::new_for_http())
+    // The layers wrap the dispatch once, not each route (see `dispatch`).
+    App::new(
+        tower::ServiceBuilder::new()
+            .layer(tower_http::trace::TraceLayer::new_for_http())
+            .layer(edge::Edge { cors: Arc::new(ops.cors), access: ops.access, metrics: ops.metrics })
+            .service(dispatch::Dispatch { streams: state, others }),
+    )
 }
 
 async fn render_metrics(axum::extract::State(m): axum::extract::State<Arc<dyn Metrics>>) -> axum::response::Response {

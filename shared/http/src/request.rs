@@ -1,6 +1,7 @@
 //! Turning raw requests into service requests: the stream path, the query,
 //! the body (with the size limit).
 
+use std::borrow::Cow;
 use std::time::Duration;
 
 use axum::body::Body;
@@ -14,9 +15,20 @@ use crate::error::ApiError;
 
 /// The decoded stream path of a `/v1/stream/{path}` URI.
 pub fn stream_path(uri: &Uri) -> Result<String, ApiError> {
+    stream_path_ref(uri).map(Cow::into_owned)
+}
+
+/// [`stream_path`], borrowed from the URI when nothing was encoded.
+pub(crate) fn stream_path_ref(uri: &Uri) -> Result<Cow<'_, str>, ApiError> {
     let raw = uri.path().strip_prefix("/v1/stream/").unwrap_or_default();
-    let decoded =
-        percent_decode(raw).ok_or_else(|| ApiError::bad_request("stream path is not valid percent-encoded UTF-8"))?;
+    let decoded = if raw.contains('%') {
+        Cow::Owned(
+            percent_decode(raw)
+                .ok_or_else(|| ApiError::bad_request("stream path is not valid percent-encoded UTF-8"))?,
+        )
+    } else {
+        Cow::Borrowed(raw)
+    };
     ds_protocol::path::validate(&decoded)?;
     Ok(decoded)
 }

@@ -18,14 +18,14 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::Request;
-use axum::Router;
+use axum::response::Response;
 use bytes::Bytes;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
-use tower::ServiceExt;
+use tower::{Service, ServiceExt};
 
 use crate::conn_guard::{Busy, Guarded, Phase, TrackedBody};
 
@@ -89,7 +89,23 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
 const HYPER_MIN_BUF: usize = 8192;
 
 /// Plain HTTP/1.1: [`serve_with`] and [`PlainTcp`].
-pub async fn serve(listener: TcpListener, app: Router, limits: ConnLimits, shutdown: impl Future<Output = ()>) {
+/// What a connection serves: an [`crate::App`], or any axum `Router`.
+pub trait AppService:
+    Service<Request, Response = Response, Error = Infallible, Future: Send> + Clone + Send + 'static
+{
+}
+
+impl<S> AppService for S where
+    S: Service<Request, Response = Response, Error = Infallible, Future: Send> + Clone + Send + 'static
+{
+}
+
+pub async fn serve(
+    listener: TcpListener,
+    app: impl AppService,
+    limits: ConnLimits,
+    shutdown: impl Future<Output = ()>,
+) {
     serve_with(listener, app, limits, PlainTcp, shutdown).await;
 }
 
@@ -99,7 +115,7 @@ pub async fn serve(listener: TcpListener, app: Router, limits: ConnLimits, shutd
 /// or [`SHUTDOWN_GRACE`] has passed.
 pub async fn serve_with<H: Handshake>(
     listener: TcpListener,
-    app: Router,
+    app: impl AppService,
     limits: ConnLimits,
     handshake: H,
     shutdown: impl Future<Output = ()>,
@@ -142,7 +158,7 @@ pub async fn serve_with<H: Handshake>(
 
 /// Serve one HTTP/1.1 connection (any byte stream: TCP, an in-memory pipe)
 /// until it closes. Tests use this to drive the real parser in-process.
-pub async fn serve_connection<IO>(io: IO, app: Router, limits: Arc<ConnLimits>)
+pub async fn serve_connection<IO>(io: IO, app: impl AppService, limits: Arc<ConnLimits>)
 where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -152,7 +168,7 @@ where
 async fn run_connection<IO>(
     io: IO,
     protocol: Protocol,
-    app: Router,
+    app: impl AppService,
     limits: Arc<ConnLimits>,
     stop: Option<watch::Receiver<bool>>,
 ) where
@@ -163,7 +179,9 @@ async fn run_connection<IO>(
     let service = hyper::service::service_fn(move |req: Request<Incoming>| {
         let busy = Busy::begin(Arc::clone(&phase));
         let app = app.clone();
-        let req = detach_head(req);
+        // Only reads wait (long-poll, SSE); other requests end with their
+        // handler, before hyper reads the next request into its buffer.
+        let req = if req.method() == http::Method::GET { detach_head(req) } else { req };
         async move {
             let resp = app.oneshot(req.map(Body::new)).await.unwrap_or_else(|e| match e {});
             // The connection is busy until the body is sent (or dropped).

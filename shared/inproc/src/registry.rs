@@ -17,11 +17,13 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use ds_core::{StreamHandle, StreamRegistry, TailSignal};
 use tokio::sync::watch;
 
-type ContextMap = HashMap<String, Weak<StreamContext>>;
+type ContextMap = HashMap<Arc<str>, Weak<StreamContext>>;
 
 /// One stream's in-process state.
 pub(crate) struct StreamContext {
-    path: String,
+    /// Shared with the map key and the handles: one allocation per context
+    /// (a context is created and dropped per request on an idle stream).
+    path: Arc<str>,
     map: Weak<Mutex<ContextMap>>,
     /// The critical-section lock ([`crate::InProcMutex`]).
     pub(crate) lock: Arc<tokio::sync::Mutex<()>>,
@@ -37,8 +39,8 @@ impl Drop for StreamContext {
         let mut map = lock_map(&map);
         // Another context for the same path may already have replaced ours
         // (created after our last strong reference went away): keep that one.
-        if map.get(&self.path).is_some_and(|w| w.strong_count() == 0) {
-            map.remove(&self.path);
+        if map.get(&*self.path).is_some_and(|w| w.strong_count() == 0) {
+            map.remove(&*self.path);
         }
     }
 }
@@ -68,13 +70,14 @@ impl InProcRegistry {
         if let Some(ctx) = map.get(path).and_then(Weak::upgrade) {
             return ctx;
         }
+        let path: Arc<str> = Arc::from(path);
         let ctx = Arc::new(StreamContext {
-            path: path.to_owned(),
+            path: Arc::clone(&path),
             map: Arc::downgrade(&self.map),
             lock: Arc::new(tokio::sync::Mutex::new(())),
             signal: watch::Sender::new(None),
         });
-        map.insert(path.to_owned(), Arc::downgrade(&ctx));
+        map.insert(path, Arc::downgrade(&ctx));
         ctx
     }
 
@@ -96,7 +99,8 @@ impl InProcRegistry {
 
 impl StreamRegistry for InProcRegistry {
     fn enter(&self, path: &str) -> StreamHandle {
-        StreamHandle::new(path, self.context(path))
+        let ctx = self.context(path);
+        StreamHandle::with_path(Arc::clone(&ctx.path), ctx)
     }
 
     fn live_contexts(&self) -> usize {

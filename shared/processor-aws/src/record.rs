@@ -312,8 +312,8 @@ mod tests {
         ttl["userIdentity"] = json!({"type": "Service", "principalId": TTL_PRINCIPAL});
         match record(ttl).meaning() {
             Ok(Meaning::TtlRemoved { meta }) => {
-                assert_eq!((meta.path.as_str(), meta.incarnation.as_str()), ("a", "i1"));
-                assert_eq!(meta.fork.map(|f| f.source), Some("src".to_owned()));
+                assert_eq!((&*meta.path, &*meta.incarnation), ("a", "i1"));
+                assert_eq!(meta.fork.map(|f| f.source.to_string()), Some("src".to_owned()));
             }
             other => panic!("{other:?}"),
         }

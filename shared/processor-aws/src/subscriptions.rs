@@ -196,8 +196,12 @@ impl SubscriptionPlane {
         }
         let mut failed = Vec::new();
         for (path, at) in streams {
-            let signal =
-                TailSignal { incarnation: at.incarnation.clone(), tail: at.tail, closed: false, deleted: false };
+            let signal = TailSignal {
+                incarnation: at.incarnation.as_str().into(),
+                tail: at.tail,
+                closed: false,
+                deleted: false,
+            };
             if let Err(e) = self.engine.stream_changed(path, &signal).await {
                 failed.push((path.clone(), e.to_string()));
             }

@@ -194,8 +194,8 @@ impl TaskRunner {
             return TaskOutcome::Failed(e.to_string());
         }
         let op = Op::PutRecord {
-            path: task.path.clone(),
-            incarnation: task.incarnation.clone(),
+            path: task.path.as_str().into(),
+            incarnation: task.incarnation.as_str().into(),
             key,
             record: Record { revision: 1, value: Bytes::new() },
             expect: RecordExpect::Absent,

@@ -102,10 +102,10 @@ impl Upkeep {
             .service
             .release_removed_fork(meta)
             .await
-            .map_err(|source| UpkeepError::Release { path: meta.path.clone(), source })?;
+            .map_err(|source| UpkeepError::Release { path: meta.path.to_string(), source })?;
         self.aws.purge(&meta.path, &meta.incarnation).await.map_err(|source| UpkeepError::Purge {
-            path: meta.path.clone(),
-            incarnation: meta.incarnation.clone(),
+            path: meta.path.to_string(),
+            incarnation: meta.incarnation.to_string(),
             source,
         })?;
         tracing::info!(path = %meta.path, incarnation = %meta.incarnation, released, "finished a TTL removal");

@@ -127,7 +127,7 @@ impl InProcAlarms {
             let Ok(armed) = serde_json::from_slice::<ArmedRecord>(&record.value) else { continue };
             let alarm = Alarm {
                 slug: slug.clone(),
-                incarnation: StreamIncarnation::new(meta.incarnation.clone()),
+                incarnation: StreamIncarnation::new(meta.incarnation.to_string()),
                 token: armed.token,
                 at_ms: armed.at_ms,
             };
@@ -204,8 +204,8 @@ impl InProcAlarms {
                 None => (1, RecordExpect::Absent),
             };
             let op = Op::PutRecord {
-                path: path.to_owned(),
-                incarnation: incarnation.as_str().to_owned(),
+                path: path.into(),
+                incarnation: incarnation.as_str().into(),
                 key: key.clone(),
                 record: Record { revision, value: value.clone() },
                 expect,

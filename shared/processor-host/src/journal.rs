@@ -62,7 +62,7 @@ pub(crate) fn journal_error(e: ServiceError, bound: &StreamIncarnation) -> Journ
 impl Journal for StreamJournal {
     async fn incarnation(&self) -> Result<StreamIncarnation, JournalError> {
         match self.service.head(&self.path).await {
-            Ok(meta) => Ok(StreamIncarnation::new(meta.incarnation)),
+            Ok(meta) => Ok(StreamIncarnation::new(meta.incarnation.to_string())),
             Err(ServiceError::NotFound | ServiceError::Gone | ServiceError::Expired(_)) => {
                 Err(JournalError::StreamNotFound)
             }

@@ -209,7 +209,9 @@ pub fn resolve<'a>(
 pub async fn processed_stream(service: &StreamService, stream: &str) -> Result<StreamMeta, OperatorError> {
     match service.head(stream).await {
         Ok(meta) if ds_protocol::headers::is_json(&meta.content_type) => Ok(meta),
-        Ok(meta) => Err(OperatorError::NotJson { stream: stream.to_owned(), content_type: meta.content_type }),
+        Ok(meta) => {
+            Err(OperatorError::NotJson { stream: stream.to_owned(), content_type: meta.content_type.to_string() })
+        }
         Err(ServiceError::NotFound | ServiceError::Gone | ServiceError::Expired(_)) => {
             Err(OperatorError::StreamNotFound { stream: stream.to_owned() })
         }
@@ -224,7 +226,7 @@ pub async fn stored_progress(
     slug: &str,
 ) -> Result<Option<StoredProgress>, OperatorError> {
     let store = RecordProgressStore::new(service.clone(), &meta.path, slug);
-    store.read(&StreamIncarnation::new(meta.incarnation.clone())).await.map_err(|e| OperatorError::Runner(e.into()))
+    store.read(&StreamIncarnation::new(meta.incarnation.to_string())).await.map_err(|e| OperatorError::Runner(e.into()))
 }
 
 /// The detail of an open runner.
@@ -295,7 +297,7 @@ impl ProcessorOperator for OnDemandOperator {
         loop {
             let metas = store.list_streams(cursor.as_deref(), LIST_PAGE).await.map_err(ServiceError::from)?;
             let Some(last) = metas.last() else { return Ok(page) };
-            cursor = Some(last.path.clone());
+            cursor = Some(last.path.to_string());
             for meta in &metas {
                 let live =
                     !meta.soft_deleted && !meta.is_expired(now) && ds_protocol::headers::is_json(&meta.content_type);

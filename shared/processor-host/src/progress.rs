@@ -107,8 +107,8 @@ impl ProgressStore for RecordProgressStore {
                 None => (1, RecordExpect::Absent),
             };
             let op = Op::PutRecord {
-                path: self.stream.path().to_owned(),
-                incarnation: incarnation.as_str().to_owned(),
+                path: self.stream.path().into(),
+                incarnation: incarnation.as_str().into(),
                 key: self.key.clone(),
                 record: Record { revision, value: value.clone() },
                 expect,

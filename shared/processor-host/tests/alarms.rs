@@ -24,7 +24,7 @@ async fn json_stream(svc: &StreamService, path: &str) -> StreamIncarnation {
         body: Bytes::new(),
         fork: None,
     };
-    StreamIncarnation::new(svc.create(req).await.expect("create").meta.incarnation)
+    StreamIncarnation::new(svc.create(req).await.expect("create").meta.incarnation.to_string())
 }
 
 fn alarm(slug: &str, incarnation: &StreamIncarnation, token: &str, in_ms: u64) -> Alarm {

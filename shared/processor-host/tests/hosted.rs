@@ -35,7 +35,7 @@ async fn a_registered_processor_runs_on_a_matching_stream() {
         body: Bytes::new(),
         fork: None,
     };
-    let inc = StreamIncarnation::new(svc.create(req).await.expect("create").meta.incarnation);
+    let inc = StreamIncarnation::new(svc.create(req).await.expect("create").meta.incarnation.to_string());
     let journal = StreamJournal::new(svc.clone(), "counters/a");
     for by in [2, 5] {
         let event = OutgoingEvent::new("counter/incremented", json!({ "by": by })).encode();

@@ -40,7 +40,7 @@ async fn positions(journal: &StreamJournal, inc: &StreamIncarnation, after: u64)
 async fn reads_start_at_the_first_message_ending_past_any_position() {
     let svc = memory();
     let created = svc.create(json("j", None)).await.expect("create");
-    let inc = StreamIncarnation::new(created.meta.incarnation);
+    let inc = StreamIncarnation::new(created.meta.incarnation.to_string());
     let journal = StreamJournal::new(svc.clone(), "j");
     let mut ends = Vec::new();
     for (i, body) in [r#"{"a":1}"#, r#"{"b":22}"#, r#"{"c":333}"#].into_iter().enumerate() {
@@ -62,7 +62,7 @@ async fn reads_start_at_the_first_message_ending_past_any_position() {
     // A fork reads its inherited messages the same way, boundary or not.
     let fork = ForkRequest { source: "j".into(), offset: Some(Offset(17)), sub_offset: 0 };
     let forked = svc.create(json("f", Some(fork))).await.expect("fork");
-    let fork_inc = StreamIncarnation::new(forked.meta.incarnation);
+    let fork_inc = StreamIncarnation::new(forked.meta.incarnation.to_string());
     let fork_journal = StreamJournal::new(svc.clone(), "f");
     fork_journal.append(&fork_inc, Bytes::from(r#"{"d":4}"#), "f0").await.expect("append");
     assert_eq!(positions(&fork_journal, &fork_inc, 0).await, [8, 17, 25]);
@@ -93,7 +93,7 @@ fn record(inc: &StreamIncarnation, state_bytes: usize) -> StoredProgress {
 
 async fn oversized_progress_is_a_typed_error(svc: StreamService, path: &str) {
     let created = svc.create(json(path, None)).await.expect("create");
-    let inc = StreamIncarnation::new(created.meta.incarnation);
+    let inc = StreamIncarnation::new(created.meta.incarnation.to_string());
     let store = RecordProgressStore::new(svc.clone(), path, "big");
     let fence = Fence { stream_incarnation: inc.clone(), cursor_revision: 0, expect: Expectation::Monotonic };
     store.commit(&record(&inc, 1000), &fence).await.expect("a small record commits");

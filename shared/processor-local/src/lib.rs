@@ -92,7 +92,7 @@ impl LocalHost {
         loop {
             let page = store.list_streams(after.as_deref(), SCAN_PAGE).await.map_err(ServiceError::from)?;
             let Some(last) = page.last() else { break };
-            after = Some(last.path.clone());
+            after = Some(last.path.to_string());
             for meta in page.iter().filter(|m| !m.soft_deleted && ds_protocol::headers::is_json(&m.content_type)) {
                 let regs = matching(registry, &meta.path);
                 if regs.is_empty() {
@@ -102,7 +102,7 @@ impl LocalHost {
                 alarms
                     .rearm(&meta.path, &slugs)
                     .await
-                    .map_err(|e| HostError::Alarms { stream: meta.path.clone(), message: e.to_string() })?;
+                    .map_err(|e| HostError::Alarms { stream: meta.path.to_string(), message: e.to_string() })?;
                 inner.ensure(&meta.path, regs, None);
                 found += 1;
             }

@@ -32,7 +32,7 @@ impl LocalOperator {
         // the slot has not moved on yet) has processed nothing of this one:
         // answer from this life's progress record, so its lag is not read
         // against the old life's cursor.
-        Ok(Some(match slot.runner().filter(|r| r.incarnation() == meta.incarnation) {
+        Ok(Some(match slot.runner().filter(|r| r.incarnation() == &*meta.incarnation) {
             Some(runner) => ProcessorStatus::of_runner(&slot.registration, stream, meta.tail, &runner.runtime_state()),
             None => {
                 let stored = stored_progress(service, &meta, slot.slug()).await?;
@@ -83,7 +83,7 @@ impl ProcessorOperator for LocalOperator {
         let meta = processed_stream(&running.service, stream).await?;
         let runner = self.inner.slot(stream, slug).and_then(|s| s.runner());
         // As in `status`: a runner on a life that is over shows nothing of this one.
-        if let Some(runner) = runner.filter(|r| r.incarnation() == meta.incarnation) {
+        if let Some(runner) = runner.filter(|r| r.incarnation() == &*meta.incarnation) {
             return Ok(runner_detail(registration, stream, meta.tail, runner.as_ref()));
         }
         let stored = stored_progress(&running.service, &meta, slug).await?;

@@ -26,8 +26,8 @@ impl Tail {
     pub(crate) fn note(&self, signal: &TailSignal) {
         let mut tail = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         match tail.as_mut() {
-            Some((incarnation, t)) if *incarnation == signal.incarnation => *t = (*t).max(signal.tail),
-            _ => *tail = Some((signal.incarnation.clone(), signal.tail)),
+            Some((incarnation, t)) if **incarnation == *signal.incarnation => *t = (*t).max(signal.tail),
+            _ => *tail = Some((signal.incarnation.to_string(), signal.tail)),
         }
     }
 

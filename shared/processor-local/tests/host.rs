@@ -148,7 +148,7 @@ async fn a_revival_alarm_armed_before_a_restart_fires_after_it() {
             body: bytes::Bytes::new(),
             fork: None,
         };
-        let incarnation = StreamIncarnation::new(service.create(create).await.unwrap().meta.incarnation);
+        let incarnation = StreamIncarnation::new(service.create(create).await.unwrap().meta.incarnation.to_string());
         // What a drain leaves behind when work is unfinished: an armed alarm record.
         let alarms = InProcAlarms::manual(service.clone());
         let alarm =

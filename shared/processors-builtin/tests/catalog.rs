@@ -94,7 +94,7 @@ async fn create_target_makes_a_json_stream_and_a_valid_config_registers_every_pr
     assert_eq!(registry.for_path("orders/1").len(), 2);
     assert_eq!(registry.for_path("orders/1/2").len(), 1, "only the counter's ** matches deeper paths");
     let feed = svc.head("feed").await.unwrap();
-    assert_eq!(feed.content_type, "application/json");
+    assert_eq!(&*feed.content_type, "application/json");
 }
 
 #[tokio::test]

@@ -33,7 +33,7 @@ async fn json_stream(svc: &StreamService, path: &str) -> StreamIncarnation {
         body: Bytes::new(),
         fork: None,
     };
-    StreamIncarnation::new(svc.create(req).await.unwrap().meta.incarnation)
+    StreamIncarnation::new(svc.create(req).await.unwrap().meta.incarnation.to_string())
 }
 
 async fn feed(svc: &StreamService) -> Vec<Value> {

@@ -117,11 +117,11 @@ pub fn ttl_backstop_secs(meta: &StreamMeta) -> Option<i64> {
 
 /// The full meta item for `meta`, stamped with the writing commit's id.
 pub fn meta_to_item(meta: &StreamMeta, commit_id: &str) -> Item {
-    let mut item = keyed(&ItemKey::Meta { path: meta.path.clone() });
-    item.insert(m::PATH.into(), s(&meta.path));
-    item.insert(m::INCARNATION.into(), s(&meta.incarnation));
+    let mut item = keyed(&ItemKey::Meta { path: meta.path.to_string() });
+    item.insert(m::PATH.into(), s(&*meta.path));
+    item.insert(m::INCARNATION.into(), s(&*meta.incarnation));
     item.insert(m::VERSION.into(), n(meta.version));
-    item.insert(m::CONTENT_TYPE.into(), s(&meta.content_type));
+    item.insert(m::CONTENT_TYPE.into(), s(&*meta.content_type));
     item.insert(m::CREATED.into(), n(meta.created_at_ms));
     item.insert(m::TAIL.into(), n(meta.tail));
     item.insert(m::CLOSED.into(), AttributeValue::Bool(meta.closed));
@@ -141,8 +141,8 @@ pub fn meta_to_item(meta: &StreamMeta, commit_id: &str) -> Item {
         item.insert(m::STREAM_SEQ.into(), s(seq));
     }
     if let Some(fork) = &meta.fork {
-        item.insert(m::FORK_SOURCE.into(), s(&fork.source));
-        item.insert(m::FORK_SOURCE_INC.into(), s(&fork.source_incarnation));
+        item.insert(m::FORK_SOURCE.into(), s(&*fork.source));
+        item.insert(m::FORK_SOURCE_INC.into(), s(&*fork.source_incarnation));
         item.insert(m::FORK_BASE.into(), n(fork.base));
     }
     item.insert(m::REF_COUNT.into(), n(meta.ref_count));
@@ -167,17 +167,17 @@ pub fn meta_from_item(item: &Item) -> Result<StreamMeta, CodecError> {
     };
     let fork = match opt_s(item, m::FORK_SOURCE)? {
         Some(source) => Some(ForkOrigin {
-            source,
-            source_incarnation: get_s(item, m::FORK_SOURCE_INC)?.to_owned(),
+            source: source.into(),
+            source_incarnation: get_s(item, m::FORK_SOURCE_INC)?.into(),
             base: get_u64(item, m::FORK_BASE)?,
         }),
         None => None,
     };
     Ok(StreamMeta {
-        path: get_s(item, m::PATH)?.to_owned(),
-        incarnation: get_s(item, m::INCARNATION)?.to_owned(),
+        path: get_s(item, m::PATH)?.into(),
+        incarnation: get_s(item, m::INCARNATION)?.into(),
         version: get_u64(item, m::VERSION)?,
-        content_type: get_s(item, m::CONTENT_TYPE)?.to_owned(),
+        content_type: get_s(item, m::CONTENT_TYPE)?.into(),
         created_at_ms: get_i64(item, m::CREATED)?,
         tail: get_u64(item, m::TAIL)?,
         closed: get_bool(item, m::CLOSED)?,

@@ -134,7 +134,7 @@ impl AwsSubstrate {
             .send()
             .await
             .map_err(error::classify)?;
-        Ok(out.item().map(codec::meta_from_item).transpose()?.map(|meta| meta.path))
+        Ok(out.item().map(codec::meta_from_item).transpose()?.map(|meta| meta.path.to_string()))
     }
 
     /// Remove garbage of one stream path (see [`cleanup::sweep_path`]).

@@ -43,7 +43,7 @@ fn meta_condition(cond: &MetaCond) -> Cond {
         MetaCond::Version { version, incarnation } => (
             "#ver = :ver AND #inc = :inc".into(),
             names(&[("#ver", m::VERSION), ("#inc", m::INCARNATION)]),
-            Some(values(vec![(":ver", n(version)), (":inc", s(incarnation))])),
+            Some(values(vec![(":ver", n(version)), (":inc", s(&**incarnation))])),
         ),
     }
 }
@@ -75,7 +75,7 @@ pub(crate) fn build_items(
     let mut roles = Vec::with_capacity(writes.row_count());
     for mw in &writes.metas {
         let (expr, nm, vals) = meta_condition(&mw.cond);
-        let key = codec::key_of(&ItemKey::Meta { path: mw.path.clone() });
+        let key = codec::key_of(&ItemKey::Meta { path: mw.path.to_string() });
         let item = match &mw.effect {
             MetaEffect::Put(meta) => put(b, codec::meta_to_item(meta, cid), (expr, nm, vals))?,
             MetaEffect::Delete => {
@@ -104,7 +104,7 @@ pub(crate) fn build_items(
             }
         };
         items.push(item);
-        roles.push(Role::Meta(mw.path.clone()));
+        roles.push(Role::Meta(mw.path.to_string()));
     }
     for (c, body) in writes.chunks.iter().zip(bodies) {
         let chunk = ChunkItem { start: c.start, end: c.end(), body: body.clone() };

@@ -138,7 +138,7 @@ impl StreamCtx {
     /// Our own touch was written: keep the cached copy in step.
     pub fn note_touch(&self, incarnation: &str, at_ms: i64) {
         if let Some(c) = lock(&self.cache).as_mut() {
-            if c.meta.incarnation == incarnation {
+            if *c.meta.incarnation == *incarnation {
                 c.meta.touched_at_ms = c.meta.touched_at_ms.max(at_ms);
             }
         }

@@ -114,7 +114,7 @@ async fn pick_sealable(
     }
     let items = crate::reader::chunk_items(b, path, &meta.incarnation, own_start, limit, usize::MAX).await?;
     let run = pick_run(&items, limit, opts);
-    Ok((run.len() >= opts.min_chunks.max(1)).then_some((meta.incarnation, run)))
+    Ok((run.len() >= opts.min_chunks.max(1)).then_some((meta.incarnation.to_string(), run)))
 }
 
 /// Step 2: write the run's bytes as one new segment object; returns its key.

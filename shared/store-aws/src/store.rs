@@ -212,7 +212,7 @@ impl StreamStore for AwsStore {
                     None => return Ok(()),
                 },
             };
-            if cached.incarnation != incarnation {
+            if *cached.incarnation != *incarnation {
                 return Ok(()); // another incarnation: a touch never crosses over
             }
             let interval = self.touch_interval_ms(cached.ttl_secs);
@@ -319,7 +319,7 @@ impl AwsStore {
             let page = scan.send().await.map_err(classify)?;
             for item in page.items() {
                 let meta = codec::meta_from_item(item)?;
-                if after.is_none_or(|a| meta.path.as_str() > a) {
+                if after.is_none_or(|a| &*meta.path > a) {
                     metas.push(meta);
                 }
             }

@@ -99,8 +99,8 @@ async fn upload_large_bodies(b: &Backend, writes: &NetWrites) -> Result<(Vec<Chu
             continue;
         }
         let key = ObjectKey::Chunk {
-            path: c.path.clone(),
-            incarnation: c.incarnation.clone(),
+            path: c.path.to_string(),
+            incarnation: c.incarnation.to_string(),
             start: c.start,
             nonce: uuid::Uuid::new_v4().simple().to_string(),
         }
@@ -245,7 +245,7 @@ async fn after_success(b: &Backend, writes: &NetWrites, cid: &str) {
         if let Err(e) = crate::cleanup::purge_incarnation(b, path, incarnation).await {
             // Unreachable garbage (its incarnation is gone): `cleanup::sweep_path`
             // removes it later.
-            warn!(path, incarnation, error = %e, "purging a deleted stream's items failed");
+            warn!(path = &**path, incarnation = &**incarnation, error = %e, "purging a deleted stream's items failed");
         }
     }
 }

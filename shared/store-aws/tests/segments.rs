@@ -94,7 +94,7 @@ async fn failed_seal_changes_nothing_and_leaves_no_segment() {
     // conditions fail, nothing is re-created, the segment is discarded.
     let gone = Commit {
         ops: vec![Op::DeleteStream {
-            path: path.clone(),
+            path: path.as_str().into(),
             incarnation: meta.incarnation.clone(),
             expect_version: m.version,
         }],
@@ -125,7 +125,7 @@ async fn sweeper_removes_orphans_only() {
     // between the S3 put and the transaction).
     let orphan = ds_store_aws::schema::ObjectKey::Chunk {
         path: path.clone(),
-        incarnation: meta.incarnation.clone(),
+        incarnation: meta.incarnation.to_string(),
         start: big.len() as u64,
         nonce: "crashed".into(),
     }

@@ -17,7 +17,7 @@
 //! appended to at once); past that an arbitrary entry makes room.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use ds_core::fold::{MetaEffect, NetWrites};
 use ds_core::{StoreError, StreamMeta};
@@ -29,12 +29,12 @@ pub(crate) const MAX_ENTRIES: usize = 1024;
 
 #[derive(Default)]
 pub(crate) struct CommittedMetas {
-    metas: Mutex<HashMap<String, StreamMeta>>,
+    metas: Mutex<HashMap<Arc<str>, StreamMeta>>,
 }
 
 impl CommittedMetas {
     // Every critical section leaves the map valid: a poisoned lock is recoverable.
-    fn lock(&self) -> MutexGuard<'_, HashMap<String, StreamMeta>> {
+    fn lock(&self) -> MutexGuard<'_, HashMap<Arc<str>, StreamMeta>> {
         self.metas.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -55,7 +55,7 @@ impl CommittedMetas {
             for m in &writes.metas {
                 match (&m.effect, outcome) {
                     (MetaEffect::Put(meta), Ok(())) => {
-                        if metas.len() >= MAX_ENTRIES && !metas.contains_key(&m.path) {
+                        if metas.len() >= MAX_ENTRIES && !metas.contains_key(&*m.path) {
                             let victim = metas.keys().next().cloned();
                             if let Some(victim) = victim {
                                 metas.remove(&victim);
@@ -65,13 +65,13 @@ impl CommittedMetas {
                     }
                     (MetaEffect::CheckOnly, Ok(())) => {}
                     (MetaEffect::Delete, _) | (_, Err(_)) => {
-                        metas.remove(&m.path);
+                        metas.remove(&*m.path);
                     }
                 }
             }
         }
         for (path, touch) in flushed {
-            if let Some(meta) = metas.get_mut(path) {
+            if let Some(meta) = metas.get_mut(path.as_str()) {
                 touch.apply_to(meta);
             }
         }

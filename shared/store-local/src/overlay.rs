@@ -29,6 +29,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Bound;
+use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use ds_core::fold::{MetaEffect, NetWrites, StateView};
@@ -391,7 +392,7 @@ impl Layers<'_> {
 }
 
 impl StateView for Layers<'_> {
-    fn meta_version(&self, path: &str) -> Result<Option<(u64, String)>, StoreError> {
+    fn meta_version(&self, path: &str) -> Result<Option<(u64, Arc<str>)>, StoreError> {
         for layer in self.upper {
             if let Found::Here(meta) = layer.meta(path) {
                 return Ok(meta.map(|m| (m.version, m.incarnation.clone())));
@@ -468,11 +469,11 @@ pub(crate) fn merge_listing(
             (Some(_), None) => false,
             (None, Some(_)) => true,
             (Some(l), Some((path, _))) => {
-                if l.path == *path {
+                if *l.path == **path {
                     lower.next(); // replaced or hidden by the overlay
                     continue;
                 }
-                *path < l.path
+                **path < *l.path
             }
         };
         if take_upper {

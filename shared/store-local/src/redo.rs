@@ -126,7 +126,7 @@ pub(crate) fn decode_batch(lsn: u64, body: &[u8]) -> Result<Batch, StoreError> {
     for _ in 0..r.len()? {
         let mut w = NetWrites::default();
         for _ in 0..r.len()? {
-            w.wiped.push((r.string()?, r.string()?));
+            w.wiped.push((r.string()?.into(), r.string()?.into()));
         }
         for _ in 0..r.len()? {
             let path = r.string()?;
@@ -135,22 +135,34 @@ pub(crate) fn decode_batch(lsn: u64, body: &[u8]) -> Result<Batch, StoreError> {
                 META_DELETE => MetaEffect::Delete,
                 other => return Err(r.corrupt(&format!("meta kind {other}"))),
             };
-            w.metas.push(MetaWrite { path, cond: MetaCond::Absent, effect });
+            w.metas.push(MetaWrite { path: path.into(), cond: MetaCond::Absent, effect });
         }
         for _ in 0..r.len()? {
             let (path, incarnation, start) = (r.string()?, r.string()?, r.u64()?);
             let data = Bytes::copy_from_slice(r.bytes()?);
-            w.chunks.push(ChunkWrite { path, incarnation, start, data, check_stored: false });
+            w.chunks.push(ChunkWrite {
+                path: path.into(),
+                incarnation: incarnation.into(),
+                start,
+                data,
+                check_stored: false,
+            });
         }
         for _ in 0..r.len()? {
             let (path, incarnation, producer_id) = (r.string()?, r.string()?, r.string()?);
             let state = ProducerState { epoch: r.u64()?, last_seq: r.u64()? };
-            w.producers.push(ProducerWrite { path, incarnation, producer_id, state });
+            w.producers.push(ProducerWrite { path: path.into(), incarnation: incarnation.into(), producer_id, state });
         }
         for _ in 0..r.len()? {
             let (path, incarnation, key, revision) = (r.string()?, r.string()?, r.string()?, r.u64()?);
             let record = Record { revision, value: Bytes::copy_from_slice(r.bytes()?) };
-            w.records.push(RecordWrite { path, incarnation, key, record, expect: None });
+            w.records.push(RecordWrite {
+                path: path.into(),
+                incarnation: incarnation.into(),
+                key,
+                record,
+                expect: None,
+            });
         }
         commits.push(w);
     }

@@ -310,7 +310,7 @@ impl StreamStore for LocalStore {
             .await?;
         let mut metas = merge_listing(lower, upper, limit);
         for meta in &mut metas {
-            if let Some(touch) = touches.get(&meta.path) {
+            if let Some(touch) = touches.get(&*meta.path) {
                 touch.apply_to(meta);
             }
         }
@@ -335,7 +335,7 @@ impl StreamStore for LocalStore {
             .await?;
         let mut metas = merge_listing(lower, upper, limit);
         for meta in &mut metas {
-            if let Some(touch) = touches.get(&meta.path) {
+            if let Some(touch) = touches.get(&*meta.path) {
                 touch.apply_to(meta);
             }
         }

@@ -14,6 +14,7 @@
 //! on open.
 
 use std::ops::Bound;
+use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use ds_core::fold::{MetaEffect, NetWrites, StateView};
@@ -291,7 +292,7 @@ impl<'txn> WriteTables<'txn> {
         for (m, encoded) in writes.metas.iter().zip(metas) {
             match (&m.effect, encoded) {
                 (MetaEffect::Put(_), Some(encoded)) => {
-                    self.meta.insert(m.path.as_str(), encoded.as_slice()).map_err(storage)?;
+                    self.meta.insert(&*m.path, encoded.as_slice()).map_err(storage)?;
                 }
                 (MetaEffect::Put(_), None) => {
                     return Err(StoreError::Backend(format!("local store: meta of {} not encoded", m.path)));
@@ -313,7 +314,7 @@ impl<'txn> WriteTables<'txn> {
     }
 
     pub(crate) fn put_meta(&mut self, meta: &StreamMeta) -> Result<(), StoreError> {
-        self.meta.insert(meta.path.as_str(), encode_meta(meta)?.as_slice()).map_err(storage)?;
+        self.meta.insert(&*meta.path, encode_meta(meta)?.as_slice()).map_err(storage)?;
         Ok(())
     }
 
@@ -415,7 +416,7 @@ impl<'txn> WriteTables<'txn> {
         let Some(mut meta) = get_meta(&self.meta, path)? else {
             return Ok(false);
         };
-        if meta.incarnation != incarnation || meta.touched_at_ms >= at_ms {
+        if *meta.incarnation != *incarnation || meta.touched_at_ms >= at_ms {
             return Ok(false);
         }
         meta.touched_at_ms = at_ms;
@@ -448,7 +449,7 @@ impl ReadTables {
 }
 
 impl StateView for ReadTables {
-    fn meta_version(&self, path: &str) -> Result<Option<(u64, String)>, StoreError> {
+    fn meta_version(&self, path: &str) -> Result<Option<(u64, Arc<str>)>, StoreError> {
         Ok(get_meta(&self.meta, path)?.map(|m| (m.version, m.incarnation)))
     }
 

@@ -27,7 +27,7 @@ pub(crate) struct Touch {
 impl Touch {
     /// Merge into a meta read from disk (same incarnation only, never backwards).
     pub(crate) fn apply_to(&self, meta: &mut StreamMeta) {
-        if meta.incarnation == self.incarnation && meta.touched_at_ms < self.at_ms {
+        if *meta.incarnation == *self.incarnation && meta.touched_at_ms < self.at_ms {
             meta.touched_at_ms = self.at_ms;
         }
     }

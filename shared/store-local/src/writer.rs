@@ -296,7 +296,7 @@ impl Writer {
             for (path, touch) in touches {
                 let view = Layers { upper: [&staged, &shared], tables };
                 let Some(mut meta) = view.meta(path).map_err(not_written)? else { continue };
-                if meta.incarnation != touch.incarnation || meta.touched_at_ms >= touch.at_ms {
+                if *meta.incarnation != *touch.incarnation || meta.touched_at_ms >= touch.at_ms {
                     continue;
                 }
                 meta.touched_at_ms = touch.at_ms;

@@ -101,7 +101,7 @@ async fn deletions_and_recreations_in_the_overlay_hide_the_tables() {
     let page: Vec<_> = s.store.list_streams(Some("span/extra"), 1).await.unwrap().into_iter().map(|m| m.path).collect();
     assert_eq!(page, vec![again.path.clone()]);
     let prefixed = s.store.list_streams_with_prefix("span/g", None, 10).await.unwrap();
-    assert_eq!(prefixed.iter().map(|m| m.incarnation.as_str()).collect::<Vec<_>>(), vec![again.incarnation.as_str()]);
+    assert_eq!(prefixed.iter().map(|m| &*m.incarnation).collect::<Vec<_>>(), vec![&*again.incarnation]);
 
     // Preconditions are checked against the overlay: `kept` is at version 0
     // in the tables and at 1 in the overlay, so expecting 0 now fails.

@@ -92,13 +92,13 @@ async fn extending_a_damaged_row_keeps_the_damage_detected() {
         {
             let mut table = txn.open_table(CHUNKS).unwrap();
             let (sum, mut bytes) = {
-                let row = table.get((path.as_str(), incarnation.as_str(), 0)).unwrap().expect("one row from 0");
+                let row = table.get((&*path, &*incarnation, 0)).unwrap().expect("one row from 0");
                 let (sum, bytes) = row.value();
                 (sum, bytes.to_vec())
             };
             assert_eq!(bytes, b"first;second;third;", "the three appends share one row");
             bytes[2] ^= 0x20;
-            table.insert((path.as_str(), incarnation.as_str(), 0), (sum, bytes.as_slice())).unwrap();
+            table.insert((&*path, &*incarnation, 0), (sum, bytes.as_slice())).unwrap();
         }
         txn.commit().unwrap();
     }

@@ -8,7 +8,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Bound;
-use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use async_trait::async_trait;
 use bytes::{Bytes, BytesMut};
@@ -28,21 +28,22 @@ struct IncarnationData {
 #[derive(Default)]
 struct State {
     /// Path order is the `list_streams` order.
-    metas: BTreeMap<String, StreamMeta>,
+    metas: BTreeMap<Arc<str>, StreamMeta>,
     /// path → its incarnations' data: one, unless an old incarnation was not
     /// wiped yet. A short vector, not a nested map: an idle stream then costs
-    /// one small allocation here instead of a hash table's buckets.
-    data: HashMap<String, Vec<(String, IncarnationData)>>,
+    /// one small allocation here instead of a hash table's buckets. The
+    /// keys share the meta's strings (reference-counted, one copy each).
+    data: HashMap<Arc<str>, Vec<(Arc<str>, IncarnationData)>>,
 }
 
 impl State {
     fn incarnation(&self, path: &str, incarnation: &str) -> Option<&IncarnationData> {
-        self.data.get(path)?.iter().find(|(i, _)| i == incarnation).map(|(_, d)| d)
+        self.data.get(path)?.iter().find(|(i, _)| **i == *incarnation).map(|(_, d)| d)
     }
 
     /// Takes the keys by value: the writes own them, and borrowed keys
     /// would be allocated again on every append to an existing stream.
-    fn incarnation_mut(&mut self, path: String, incarnation: String) -> &mut IncarnationData {
+    fn incarnation_mut(&mut self, path: Arc<str>, incarnation: Arc<str>) -> &mut IncarnationData {
         let all = self.data.entry(path).or_insert_with(|| Vec::with_capacity(1));
         let at = match all.iter().position(|(i, _)| *i == incarnation) {
             Some(at) => at,
@@ -57,10 +58,10 @@ impl State {
     /// Apply net writes whose preconditions were already checked.
     fn apply(&mut self, writes: NetWrites) {
         for (path, incarnation) in &writes.wiped {
-            if let Some(all) = self.data.get_mut(path) {
+            if let Some(all) = self.data.get_mut(&**path) {
                 all.retain(|(i, _)| i != incarnation);
                 if all.is_empty() {
-                    self.data.remove(path);
+                    self.data.remove(&**path);
                 }
             }
         }
@@ -70,7 +71,7 @@ impl State {
                     self.metas.insert(m.path, *meta);
                 }
                 MetaEffect::Delete => {
-                    self.metas.remove(&m.path);
+                    self.metas.remove(&*m.path);
                 }
                 MetaEffect::CheckOnly => {}
             }
@@ -89,7 +90,7 @@ impl State {
 }
 
 impl StateView for State {
-    fn meta_version(&self, path: &str) -> Result<Option<(u64, String)>, StoreError> {
+    fn meta_version(&self, path: &str) -> Result<Option<(u64, Arc<str>)>, StoreError> {
         Ok(self.metas.get(path).map(|m| (m.version, m.incarnation.clone())))
     }
 
@@ -218,7 +219,7 @@ impl StreamStore for MemoryStore {
     async fn touch(&self, stream: &StreamHandle, incarnation: &str, at_ms: i64) -> Result<(), StoreError> {
         let mut state = self.write();
         if let Some(meta) = state.metas.get_mut(stream.path()) {
-            if meta.incarnation == incarnation && meta.touched_at_ms < at_ms {
+            if *meta.incarnation == *incarnation && meta.touched_at_ms < at_ms {
                 meta.touched_at_ms = at_ms;
             }
         }

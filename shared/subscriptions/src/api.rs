@@ -176,7 +176,7 @@ impl Subscriptions {
                 }
             }
             match page.last() {
-                Some(last) if page.len() == BACKFILL_PAGE => after = Some(last.path.clone()),
+                Some(last) if page.len() == BACKFILL_PAGE => after = Some(last.path.to_string()),
                 _ => return Ok(()),
             }
         }

@@ -152,7 +152,7 @@ fn apply_acks(rec: &mut SubscriptionRecord, tails: &Tails, acks: &[(String, u64)
         let (Some(link), Some(Some(t))) = (rec.links.get_mut(path), tails.get(path)) else { continue };
         let current = link.acked_for(&t.incarnation);
         link.acked = current.max(*position);
-        link.incarnation = Some(t.incarnation.clone());
+        link.incarnation = Some(t.incarnation.to_string());
     }
 }
 

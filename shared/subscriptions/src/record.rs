@@ -50,7 +50,7 @@ impl Link {
 /// A stream's current state, as the engine read it for one transition.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Tail {
-    pub incarnation: String,
+    pub incarnation: std::sync::Arc<str>,
     pub tail: u64,
 }
 
@@ -164,7 +164,7 @@ impl SubscriptionRecord {
             explicit: false,
             glob: false,
             acked: at.map_or(0, |t| t.tail),
-            incarnation: at.map(|t| t.incarnation.clone()),
+            incarnation: at.map(|t| t.incarnation.to_string()),
         });
         if explicit {
             link.explicit = true;

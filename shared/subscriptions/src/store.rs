@@ -12,6 +12,7 @@
 //! Every write is conditional on the revision read ([`RecordExpect`]).
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use ds_core::{Op, Record, RecordExpect, StoreError, StreamHandle, StreamStore};
@@ -77,7 +78,7 @@ pub async fn read_index(store: &dyn StreamStore) -> Result<Option<Stored<Index>>
         .transpose()
 }
 
-fn put(path: String, key: &str, value: Vec<u8>, expect: Option<u64>) -> Op {
+fn put(path: Arc<str>, key: &str, value: Vec<u8>, expect: Option<u64>) -> Op {
     Op::PutRecord {
         path,
         incarnation: INCARNATION.into(),
@@ -90,7 +91,7 @@ fn put(path: String, key: &str, value: Vec<u8>, expect: Option<u64>) -> Op {
 /// The write of `rec` over the stored revision `expect` (`None`: absent).
 pub fn put_subscription(rec: &SubscriptionRecord, expect: Option<u64>) -> Result<Op, StoreError> {
     let value = serde_json::to_vec(rec).map_err(|e| corrupt("state", e))?;
-    Ok(put(sub_path(&rec.id), STATE_KEY, value, expect))
+    Ok(put(sub_path(&rec.id).into(), STATE_KEY, value, expect))
 }
 
 pub fn put_index(index: &Index, expect: Option<u64>) -> Result<Op, StoreError> {

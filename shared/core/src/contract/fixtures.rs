@@ -22,10 +22,10 @@ pub fn unique_path(test: &str) -> String {
 pub fn new_meta(path: &str) -> StreamMeta {
     let now = now_ms();
     StreamMeta {
-        path: path.to_owned(),
-        incarnation: uuid::Uuid::new_v4().to_string(),
+        path: path.into(),
+        incarnation: uuid::Uuid::new_v4().to_string().into(),
         version: 0,
-        content_type: "application/octet-stream".to_owned(),
+        content_type: "application/octet-stream".into(),
         created_at_ms: now,
         tail: 0,
         closed: false,

@@ -78,7 +78,8 @@ pub async fn records_wiped_with_incarnation(f: &dyn SubstrateFactory) {
     let path = unique_path("record-wipe");
     let old = create(&s, &path).await;
     s.store.commit(Commit { ops: vec![put(&old, "k", 1, b"old", RecordExpect::Absent)] }).await.expect("commit");
-    let delete = Op::DeleteStream { path: path.clone(), incarnation: old.incarnation.clone(), expect_version: 0 };
+    let delete =
+        Op::DeleteStream { path: path.as_str().into(), incarnation: old.incarnation.clone(), expect_version: 0 };
     s.store.commit(Commit { ops: vec![delete] }).await.expect("delete");
     assert_eq!(read(&s, &old, "k").await, None, "wiped with the incarnation");
     let new = create(&s, &path).await;

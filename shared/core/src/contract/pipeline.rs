@@ -60,7 +60,11 @@ pub async fn version_pins_incarnation(f: &dyn SubstrateFactory) {
     let path = unique_path("version-incarnation");
     let old = create(&s, &path).await;
     let delete = Commit {
-        ops: vec![Op::DeleteStream { path: path.clone(), incarnation: old.incarnation.clone(), expect_version: 0 }],
+        ops: vec![Op::DeleteStream {
+            path: path.as_str().into(),
+            incarnation: old.incarnation.clone(),
+            expect_version: 0,
+        }],
     };
     s.store.commit(delete).await.expect("delete");
     let new = create(&s, &path).await;

@@ -62,11 +62,11 @@ pub async fn list_streams_pages(f: &dyn SubstrateFactory) {
         let page = s.store.list_streams(Some(&after), 3).await.expect("list_streams");
         assert!(page.len() <= 3, "a page never exceeds the limit");
         for m in &page {
-            assert!(m.path > after, "entries come strictly after `after`, in path order");
+            assert!(*m.path > *after, "entries come strictly after `after`, in path order");
             if !m.path.starts_with(&format!("{prefix}/")) {
                 break 'pages;
             }
-            after = m.path.clone();
+            after = m.path.to_string();
             seen.push(m.clone());
         }
         if page.len() < 3 {
@@ -99,9 +99,9 @@ pub async fn list_streams_by_prefix(f: &dyn SubstrateFactory) {
         assert!(page.len() <= 2, "a page never exceeds the limit");
         for m in &page {
             assert!(m.path.starts_with(&prefix), "{} is outside the prefix", m.path);
-            assert!(after.as_ref().is_none_or(|a| m.path > *a), "entries come strictly after `after`");
-            after = Some(m.path.clone());
-            seen.push(m.path.clone());
+            assert!(after.as_ref().is_none_or(|a| *m.path > **a), "entries come strictly after `after`");
+            after = Some(m.path.to_string());
+            seen.push(m.path.to_string());
         }
         if page.len() < 2 {
             break;

@@ -31,7 +31,8 @@ pub async fn restart_keeps_committed(reopen: &dyn SubstrateFactory) {
         let commit = Commit { ops: vec![Op::PutMeta { meta: rich.clone(), expect: Expect::Absent }] };
         s.store.commit(commit).await.expect("commit rich meta");
         let gone = create(&s, &gone_path).await;
-        let delete = Op::DeleteStream { path: gone_path.clone(), incarnation: gone.incarnation, expect_version: 0 };
+        let delete =
+            Op::DeleteStream { path: gone_path.as_str().into(), incarnation: gone.incarnation, expect_version: 0 };
         s.store.commit(Commit { ops: vec![delete] }).await.expect("delete");
         let chunks = read_all(&s, &a_path, &a_meta.incarnation, a_meta.tail).await;
         (a_meta, chunks)

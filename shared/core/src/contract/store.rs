@@ -161,7 +161,8 @@ pub async fn delete_and_recreate(f: &dyn SubstrateFactory) {
     let last =
         append(&s, &path, Bytes::from_static(b"old-2"), Some(("p", ProducerState { epoch: 0, last_seq: 1 }))).await;
 
-    let stale = Op::DeleteStream { path: path.clone(), incarnation: old.incarnation.clone(), expect_version: 1 };
+    let stale =
+        Op::DeleteStream { path: path.as_str().into(), incarnation: old.incarnation.clone(), expect_version: 1 };
     assert!(matches!(s.store.commit(Commit { ops: vec![stale] }).await, Err(StoreError::Conflict)));
     assert!(
         s.store.read_meta(&s.registry.enter(&path)).await.expect("read_meta").is_some(),
@@ -169,14 +170,14 @@ pub async fn delete_and_recreate(f: &dyn SubstrateFactory) {
     );
 
     let delete = Op::DeleteStream {
-        path: path.clone(),
+        path: path.as_str().into(),
         incarnation: old.incarnation.clone(),
         expect_version: last.meta.version,
     };
     s.store.commit(Commit { ops: vec![delete] }).await.expect("delete commits");
     assert_eq!(s.store.read_meta(&s.registry.enter(&path)).await.expect("read_meta"), None);
     let listed = s.store.list_streams(Some(&path[..path.len() - 1]), 10).await.expect("list_streams");
-    assert!(listed.iter().all(|m| m.path != path), "a deleted stream is not listed");
+    assert!(listed.iter().all(|m| *m.path != *path), "a deleted stream is not listed");
 
     let new = create(&s, &path).await;
     assert_ne!(new.incarnation, old.incarnation);

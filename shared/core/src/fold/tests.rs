@@ -11,8 +11,8 @@ use crate::{Chunk, Record, RecordExpect};
 struct View(HashMap<String, (u64, String)>, Vec<(String, String, u64, u64)>, HashMap<(String, String, String), u64>);
 
 impl StateView for View {
-    fn meta_version(&self, path: &str) -> Result<Option<(u64, String)>, StoreError> {
-        Ok(self.0.get(path).cloned())
+    fn meta_version(&self, path: &str) -> Result<Option<(u64, Arc<str>)>, StoreError> {
+        Ok(self.0.get(path).map(|(v, i)| (*v, Arc::from(i.as_str()))))
     }
     fn chunk_overlaps(&self, p: &str, i: &str, start: u64, end: u64) -> Result<bool, StoreError> {
         Ok(self.1.iter().any(|(cp, ci, s, e)| cp == p && ci == i && *s < end && start < *e))
@@ -92,8 +92,8 @@ fn delete_then_create_folds_into_one_conditional_put() {
         .expect("folds");
     assert_eq!(w.metas.len(), 1);
     assert_eq!(w.metas[0].cond, MetaCond::Version { version: 4, incarnation: "old".into() });
-    assert!(matches!(&w.metas[0].effect, MetaEffect::Put(m) if m.incarnation == "new"));
-    assert_eq!(w.wiped, vec![("a".to_owned(), "old".to_owned())]);
+    assert!(matches!(&w.metas[0].effect, MetaEffect::Put(m) if &*m.incarnation == "new"));
+    assert_eq!(w.wiped, vec![(Arc::from("a"), Arc::from("old"))]);
     assert!(w.check(&stored("a", 4, "old")).is_ok());
     assert!(w.check(&stored("a", 4, "other")).is_err());
 }

@@ -71,8 +71,11 @@ impl StreamService {
         reads: Reads,
     ) -> ServiceResult<Plan<AppendOutcome>> {
         let meta = self.live_meta(stream, reads).await?;
-        if let Some(expected) = req.incarnation.as_ref().filter(|i| **i != meta.incarnation) {
-            return Err(ServiceError::IncarnationChanged { expected: expected.clone(), found: meta.incarnation });
+        if let Some(expected) = req.incarnation.as_ref().filter(|i| **i != *meta.incarnation) {
+            return Err(ServiceError::IncarnationChanged {
+                expected: expected.clone(),
+                found: meta.incarnation.to_string(),
+            });
         }
         if let Some(key) = &req.dedupe_key {
             // Always a store read: only the commit's `Absent` precondition on

@@ -73,7 +73,7 @@ impl StreamService {
         let mut commit = Commit::new();
         let mut publish = Vec::new();
         let (content_type, lifetime, fork) = match &req.fork {
-            None => (req.content_type.clone().unwrap_or_else(|| DEFAULT_CONTENT_TYPE.to_owned()), req.lifetime, None),
+            None => (req.content_type.as_deref().unwrap_or(DEFAULT_CONTENT_TYPE).into(), req.lifetime, None),
             Some(f) => {
                 let (source, base) = self.resolve_fork(req, f).await?;
                 let mut bumped = source.clone();
@@ -97,8 +97,8 @@ impl StreamService {
         };
         let base = fork.as_ref().map_or(0, |f| f.base);
         let meta = StreamMeta {
-            path: req.path.clone(),
-            incarnation: uuid::Uuid::new_v4().simple().to_string(),
+            path: req.path.as_str().into(),
+            incarnation: uuid::Uuid::new_v4().simple().to_string().into(),
             version: 0,
             content_type,
             created_at_ms: now,
@@ -137,7 +137,7 @@ impl StreamService {
         match (&req.fork, &existing.fork) {
             (None, None) => {}
             (Some(f), Some(origin)) => {
-                if f.source != origin.source {
+                if *f.source != *origin.source {
                     return mismatch("fork source");
                 }
                 if f.offset.is_some() {
@@ -154,7 +154,7 @@ impl StreamService {
         }
         let requested_type = match (&req.content_type, &req.fork) {
             (Some(ct), _) => ct.as_str(),
-            (None, Some(_)) => existing.content_type.as_str(),
+            (None, Some(_)) => &*existing.content_type,
             (None, None) => DEFAULT_CONTENT_TYPE,
         };
         if !content_types_match(requested_type, &existing.content_type) {

@@ -171,7 +171,7 @@ impl StreamService {
         let Some(meta) = self.sub.store.read_meta(&stream).await? else {
             return Ok(());
         };
-        if meta.incarnation != incarnation || meta.soft_deleted {
+        if *meta.incarnation != *incarnation || meta.soft_deleted {
             return Ok(());
         }
         if meta.is_expired(self.now_ms()) {

@@ -37,8 +37,11 @@ impl StreamService {
     ) -> ServiceResult<JournalPage> {
         let stream = self.sub.registry.enter(path);
         let meta = self.read_live_meta(&stream).await?;
-        if meta.incarnation != incarnation {
-            return Err(ServiceError::IncarnationChanged { expected: incarnation.to_owned(), found: meta.incarnation });
+        if *meta.incarnation != *incarnation {
+            return Err(ServiceError::IncarnationChanged {
+                expected: incarnation.to_owned(),
+                found: meta.incarnation.to_string(),
+            });
         }
         if !is_json(&meta.content_type) {
             return Err(ServiceError::BadRequest(format!("{path} is not a JSON stream")));

@@ -172,7 +172,7 @@ impl StreamService {
             let Some(last) = page.last() else {
                 return Ok(armed);
             };
-            after = Some(last.path.clone());
+            after = Some(last.path.to_string());
             for meta in page.iter().filter(|m| m.expiry_deadline_ms().is_some() && !m.soft_deleted) {
                 self.arm_expiry(meta).await;
                 armed += 1;

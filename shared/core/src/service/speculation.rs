@@ -10,7 +10,7 @@
 //! consistent reads), so nothing is acknowledged before it is durable.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use crate::{ProducerState, StreamMeta};
 
@@ -27,7 +27,7 @@ struct Prediction {
 /// Predictions per stream path; an entry lives while commits are in flight.
 #[derive(Default)]
 pub(crate) struct Speculation {
-    streams: Mutex<HashMap<String, Prediction>>,
+    streams: Mutex<HashMap<Arc<str>, Prediction>>,
 }
 
 impl Speculation {
@@ -40,7 +40,7 @@ impl Speculation {
     /// The predicted state of one producer (`None`: ask the store).
     pub fn producer(&self, path: &str, incarnation: &str, id: &str) -> Option<ProducerState> {
         let map = self.streams.lock().ok()?;
-        let p = map.get(path).filter(|p| !p.poisoned && p.meta.incarnation == incarnation)?;
+        let p = map.get(path).filter(|p| !p.poisoned && *p.meta.incarnation == *incarnation)?;
         p.producers.get(id).copied()
     }
 
@@ -50,7 +50,7 @@ impl Speculation {
         let Ok(mut map) = self.streams.lock() else {
             return;
         };
-        if let Some(entry) = map.get_mut(meta.path.as_str()) {
+        if let Some(entry) = map.get_mut(&*meta.path) {
             if entry.meta.incarnation != meta.incarnation {
                 entry.producers.clear();
             }

@@ -261,7 +261,7 @@ pub async fn entry_types(service: &StreamService, path: &str) -> Vec<String> {
 
 /// The relay's acknowledged position on `path`, from its progress record.
 pub async fn acknowledged(service: &StreamService, path: &str) -> u64 {
-    let inc = ds_processor::StreamIncarnation::new(service.head(path).await.expect("head").incarnation);
+    let inc = ds_processor::StreamIncarnation::new(service.head(path).await.expect("head").incarnation.to_string());
     let store = ds_processor_host::RecordProgressStore::new(service.clone(), path, "relay");
     let stored = ds_processor::ProgressStore::read(&store, &inc).await.expect("progress");
     stored.map_or(0, |p| p.progress.acknowledged_through())

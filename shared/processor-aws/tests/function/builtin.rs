@@ -28,7 +28,7 @@ group_by = "/type"
 "#;
 
 async fn progress(service: &ds_core::StreamService, path: &str, slug: &str) -> ds_processor::StoredProgress {
-    let inc = ds_processor::StreamIncarnation::new(service.head(path).await.expect("head").incarnation);
+    let inc = ds_processor::StreamIncarnation::new(service.head(path).await.expect("head").incarnation.to_string());
     let store = ds_processor_host::RecordProgressStore::new(service.clone(), path, slug);
     ds_processor::ProgressStore::read(&store, &inc).await.expect("progress").expect("a progress record")
 }

@@ -148,9 +148,9 @@ fn listings_merge_in_path_order_with_deletions_hidden() {
     stale_b.version = 99;
     let lower = vec![new_meta("a"), stale_b, new_meta("c"), new_meta("e")];
     let listed = merge_listing(lower.clone(), o.metas_after("", None, 10), 10);
-    let got: Vec<_> = listed.iter().map(|m| (m.path.as_str(), m.version)).collect();
+    let got: Vec<_> = listed.iter().map(|m| (&*m.path, m.version)).collect();
     let fresh = new_meta("b").version;
     assert_eq!(got, vec![("a", 0), ("b", fresh), ("d", 0), ("e", 0), ("x/1", 0), ("x/2", 0)]);
     let listed = merge_listing(lower, o.metas_after("", None, 3), 3);
-    assert_eq!(listed.iter().map(|m| m.path.as_str()).collect::<Vec<_>>(), vec!["a", "b", "d"]);
+    assert_eq!(listed.iter().map(|m| &*m.path).collect::<Vec<_>>(), vec!["a", "b", "d"]);
 }
