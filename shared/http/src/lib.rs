@@ -1,7 +1,8 @@
-//! The Durable Streams HTTP surface: an axum [`Router`] serving
+//! The Durable Streams HTTP surface: one tower service ([`App`]) serving
 //! `/v1/stream/{path}` over a [`StreamService`], and the processors'
-//! operator API at `/v1/processors` (`processors.rs`). The same router runs
-//! in the local server and in the Lambda function.
+//! operator API at `/v1/processors` (`processors.rs`). The local server
+//! serves the [`App`] itself; the Lambda function and tests take it wrapped
+//! in an axum [`Router`] ([`router_with`]).
 
 mod access;
 mod app;

@@ -18,7 +18,8 @@
 //! every commit of the batch gets the error and nothing of it is visible.
 //!
 //! No redb transaction runs per batch: about once a second (or once the log
-//! holds [`CHECKPOINT_BYTES`]) a *checkpoint* writes the overlay into the
+//! holds [`CHECKPOINT_BYTES`], or the overlay [`CHECKPOINT_STREAMS`]
+//! streams) a *checkpoint* writes the overlay into the
 //! tables in one durable transaction and empties the overlay and the log.
 //! After a failed checkpoint (or a log append whose outcome is unknown) the
 //! database is reopened and the log replayed into it before the next batch
