@@ -266,6 +266,12 @@ impl Overlay {
         match self.incarnation(path, incarnation) {
             Some(inc) if inc.covering(start, end).next().is_some() => Found::Here(Some(())),
             Some(inc) if inc.wiped => Found::Here(None),
+            // The tables hold an incarnation's chunks only below its first
+            // chunk here (chunks are stored in position order: each starts
+            // at the tail its commit advanced; reads rely on the same rule,
+            // see `chunks`). So an append past that point, the common case,
+            // costs no B-tree lookup.
+            Some(inc) if inc.first_start().is_some_and(|first| first <= start) => Found::Here(None),
             _ => Found::Below,
         }
     }

@@ -86,6 +86,14 @@ fn a_read_is_split_where_the_overlay_begins() {
     assert_eq!((part.below, part.chunks.len()), (Some(500), 0), "a range before the overlay");
     assert_eq!(o.chunk_overlaps("s", "i", 1299, 1301), Found::Here(Some(())));
     assert_eq!(o.chunk_overlaps("s", "i", 0, 1000), Found::Below, "not here, maybe in the tables");
+    assert_eq!(o.chunk_overlaps("s", "i", 999, 1001), Found::Here(Some(())), "straddling the overlay's start");
+    let tail = 1300 + JOINED_CHUNK_TARGET as u64;
+    assert_eq!(
+        o.chunk_overlaps("s", "i", tail, tail + 10),
+        Found::Here(None),
+        "past the overlay's start: not in the tables"
+    );
+    assert_eq!(o.chunk_overlaps("s", "other", tail, tail + 10), Found::Below, "another incarnation: ask the tables");
     let part = o.chunks("s", "other", 0, 10);
     assert_eq!((part.below, part.chunks.len()), (Some(10), 0));
 }
