@@ -2,8 +2,9 @@
 //! detected on read and reported ([`StoreError::Backend`]), never served.
 //! redb checksums its pages only when it repairs a file, not on reads.
 //!
-//! - meta: one format byte, then (format 2) the CRC-32 of the JSON, then the
-//!   JSON. Format 1 (JSON without a checksum) is still read.
+//! - meta: one format byte, then (format 3) the CRC-32 of the body, then the
+//!   binary body ([`crate::meta_codec`]). Formats 2 (CRC-32 and JSON) and 1
+//!   (JSON without a checksum), written by earlier versions, are still read.
 //! - chunks: `(crc32, bytes)`; producers: `(epoch, last_seq, crc32)`;
 //!   records: `(revision, crc32 of revision and value, value)`.
 
@@ -11,11 +12,11 @@ use ds_core::{ProducerState, StoreError, StreamMeta};
 
 const FORMAT_JSON_V1: u8 = 1;
 const FORMAT_JSON_CRC32: u8 = 2;
+const FORMAT_BIN_CRC32: u8 = 3;
 
 pub(crate) fn encode_meta(meta: &StreamMeta) -> Result<Vec<u8>, StoreError> {
-    let mut out = vec![FORMAT_JSON_CRC32, 0, 0, 0, 0];
-    serde_json::to_writer(&mut out, meta)
-        .map_err(|e| StoreError::Backend(format!("encoding meta of {}: {e}", meta.path)))?;
+    let mut out = vec![FORMAT_BIN_CRC32, 0, 0, 0, 0];
+    crate::meta_codec::encode(meta, &mut out);
     let sum = crc32fast::hash(&out[5..]);
     out[1..5].copy_from_slice(&sum.to_le_bytes());
     Ok(out)
@@ -36,6 +37,14 @@ pub(crate) fn encode_metas(writes: &ds_core::fold::NetWrites) -> Result<Vec<Opti
 }
 
 pub(crate) fn decode_meta(path: &str, bytes: &[u8]) -> Result<StreamMeta, StoreError> {
+    if let Some((&FORMAT_BIN_CRC32, rest)) = bytes.split_first() {
+        let (sum, body) = rest.split_at_checked(4).ok_or_else(|| corrupt(format!("meta record for {path}")))?;
+        if crc32fast::hash(body).to_le_bytes() != sum {
+            return Err(corrupt(format!("meta record for {path}")));
+        }
+        return crate::meta_codec::decode(body)
+            .ok_or_else(|| StoreError::Backend(format!("corrupt meta record for {path}: malformed body")));
+    }
     let json = match bytes.split_first() {
         Some((&FORMAT_JSON_CRC32, rest)) if rest.len() >= 4 => {
             let (sum, json) = rest.split_at(4);
@@ -126,9 +135,12 @@ mod tests {
     fn roundtrips_and_rejects_garbage() {
         let m = meta();
         assert_eq!(decode_meta("a", &encode_meta(&m).unwrap()).unwrap(), m);
-        let legacy = [&[FORMAT_JSON_V1][..], &serde_json::to_vec(&m).unwrap()].concat();
+        let json = serde_json::to_vec(&m).unwrap();
+        let legacy = [&[FORMAT_JSON_V1][..], &json].concat();
         assert_eq!(decode_meta("a", &legacy).unwrap(), m, "format 1 is still read");
-        for bad in [&b""[..], b"\x01{", b"\x02{}", b"\x09{}", b"\x01{\"path\":\"a\"}"] {
+        let format2 = [&[FORMAT_JSON_CRC32][..], &crc32fast::hash(&json).to_le_bytes(), &json].concat();
+        assert_eq!(decode_meta("a", &format2).unwrap(), m, "format 2 is still read");
+        for bad in [&b""[..], b"\x01{", b"\x02{}", b"\x03", b"\x03\0\0\0\0", b"\x09{}", b"\x01{\"path\":\"a\"}"] {
             assert!(matches!(decode_meta("a", bad), Err(StoreError::Backend(_))), "{bad:?}");
         }
     }

@@ -69,6 +69,7 @@ mod codec;
 mod error;
 mod handle;
 mod meta_cache;
+mod meta_codec;
 mod overlay;
 mod redo;
 mod store;
