@@ -162,6 +162,7 @@ impl<'a> Reader<'a> {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+    use ds_core::contract::fixtures::new_meta;
     use proptest::prelude::*;
 
     fn meta_strategy() -> impl Strategy<Value = StreamMeta> {
@@ -182,22 +183,24 @@ mod tests {
                 |(
                     (path, incarnation, version, content_type, created_at_ms, tail, closed, soft_deleted),
                     (closed_by, ttl_secs, expires_at_ms, touched_at_ms, last_stream_seq, fork, ref_count),
-                )| StreamMeta {
-                    path: path.into(),
-                    incarnation: incarnation.into(),
-                    version,
-                    content_type: content_type.into(),
-                    created_at_ms,
-                    tail,
-                    closed,
-                    closed_by: closed_by.map(|(id, epoch, seq)| ProducerTriple { id, epoch, seq }),
-                    ttl_secs,
-                    expires_at_ms,
-                    touched_at_ms,
-                    last_stream_seq,
-                    fork: fork.map(|(s, i, base)| ForkOrigin { source: s.into(), source_incarnation: i.into(), base }),
-                    ref_count,
-                    soft_deleted,
+                )| {
+                    let mut m = new_meta(&path);
+                    m.incarnation = incarnation.into();
+                    m.version = version;
+                    m.content_type = content_type.into();
+                    m.created_at_ms = created_at_ms;
+                    m.tail = tail;
+                    m.closed = closed;
+                    m.closed_by = closed_by.map(|(id, epoch, seq)| ProducerTriple { id, epoch, seq });
+                    m.ttl_secs = ttl_secs;
+                    m.expires_at_ms = expires_at_ms;
+                    m.touched_at_ms = touched_at_ms;
+                    m.last_stream_seq = last_stream_seq;
+                    m.fork =
+                        fork.map(|(s, i, base)| ForkOrigin { source: s.into(), source_incarnation: i.into(), base });
+                    m.ref_count = ref_count;
+                    m.soft_deleted = soft_deleted;
+                    m
                 },
             )
     }
@@ -222,26 +225,10 @@ mod tests {
 
     #[test]
     fn unknown_flags_and_bad_utf8_are_rejected() {
-        let m = StreamMeta {
-            path: "a".into(),
-            incarnation: "i".into(),
-            version: 1,
-            content_type: "text/plain".into(),
-            created_at_ms: 0,
-            tail: 0,
-            closed: false,
-            closed_by: None,
-            ttl_secs: None,
-            expires_at_ms: None,
-            touched_at_ms: 0,
-            last_stream_seq: None,
-            fork: None,
-            ref_count: 0,
-            soft_deleted: false,
-        };
+        let m = new_meta("a");
         let mut body = Vec::new();
         encode(&m, &mut body);
-        let flags_at = 4 + 1 + 4 + 1 + 8 + 4 + 10 + 8 + 8;
+        let flags_at = 4 + m.path.len() + 4 + m.incarnation.len() + 8 + 4 + m.content_type.len() + 8 + 8;
         let mut bad = body.clone();
         bad[flags_at] = 1 << 7;
         assert_eq!(decode(&bad), None, "unknown flag");
