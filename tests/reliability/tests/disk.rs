@@ -201,8 +201,10 @@ async fn corrupted_records_are_detected_and_never_served() {
 
     let file = data.join(ds_store_local::DB_FILE);
     assert!(flip(&file, &chunk_marker) >= 1, "chunk bytes not found in the file");
-    // The meta record's JSON: damage the stream's content type.
-    assert!(flip(&file, b"\"path\":\"c/meta-victim\"") >= 1, "meta record not found in the file");
+    // The meta record (format 3: the path, length-prefixed, opens the body;
+    // the table key holds the path without the prefix): damage its path.
+    let victim = [&13u32.to_le_bytes()[..], b"c/meta-victim"].concat();
+    assert!(flip(&file, &victim) >= 1, "meta record not found in the file");
 
     let mut server = Server::start(opts).await.unwrap();
     let resp = http.get(format!("{}?offset=-1", server.url("c/chunk"))).send().await.unwrap();
