@@ -14,7 +14,9 @@
 use std::convert::Infallible;
 use std::task::{Context, Poll};
 
+use axum::body::Body;
 use axum::extract::{Request, State};
+use axum::http::{header, HeaderValue, Method};
 use axum::response::Response;
 use axum::Router;
 use futures::future::{BoxFuture, Either, FutureExt, Map};
@@ -47,11 +49,32 @@ impl Service<Request> for Dispatch {
 
     fn call(&mut self, req: Request) -> Self::Future {
         if is_stream_path(req.uri().path()) {
-            Either::Left(handlers::stream(State(self.streams.clone()), req).map(Ok as Answered))
+            let finish = if req.method() == Method::HEAD { answered_head as Answered } else { answered as Answered };
+            Either::Left(handlers::stream(State(self.streams.clone()), req).map(finish))
         } else {
             Either::Right(self.others.call(req))
         }
     }
+}
+
+/// What axum's router did to every response it served (so hosts that do
+/// not frame bodies themselves, the Lambda function, see the same): a
+/// `Content-Length` from the body's exact size unless one is set.
+fn answered(mut resp: Response) -> Result<Response, Infallible> {
+    if !resp.headers().contains_key(header::CONTENT_LENGTH) {
+        if let Some(n) = http_body::Body::size_hint(resp.body()).exact() {
+            resp.headers_mut().insert(header::CONTENT_LENGTH, HeaderValue::from(n));
+        }
+    }
+    Ok(resp)
+}
+
+/// [`answered`], then no body: a response to `HEAD` has none (an error's
+/// JSON included).
+fn answered_head(resp: Response) -> Result<Response, Infallible> {
+    let mut resp = answered(resp)?;
+    *resp.body_mut() = Body::empty();
+    Ok(resp)
 }
 
 /// The paths the router's `/v1/stream/{*path}` would match: the prefix and
