@@ -20,6 +20,7 @@ mod live;
 mod metrics;
 mod processors;
 mod request;
+mod repoll;
 mod reserved;
 pub mod serve;
 

@@ -28,6 +28,7 @@ use tokio::sync::watch;
 use tower::{Service, ServiceExt};
 
 use crate::conn_guard::{Busy, Guarded, Phase, TrackedBody};
+use crate::repoll::Repoll;
 
 /// Per-connection limits of the server.
 #[derive(Debug, Clone)]
@@ -246,20 +247,21 @@ fn detach_head<B>(req: Request<B>) -> Request<B> {
 }
 
 /// Run a connection to its end; when `stop` turns true, shut it down gracefully.
-async fn drive<C>(mut conn: Pin<Box<C>>, stop: Option<watch::Receiver<bool>>, graceful: impl FnOnce(Pin<&mut C>))
+async fn drive<C>(conn: Pin<Box<C>>, stop: Option<watch::Receiver<bool>>, graceful: impl FnOnce(Pin<&mut C>))
 where
     C: Future<Output = Result<(), hyper::Error>>,
 {
+    let mut conn = Repoll::new(conn);
     let Some(mut stop) = stop else {
         log_end(conn.await);
         return;
     };
     tokio::select! {
-        result = conn.as_mut() => {
+        result = &mut conn => {
             log_end(result);
             return;
         }
-        _ = stop.wait_for(|s| *s) => graceful(conn.as_mut()),
+        _ = stop.wait_for(|s| *s) => graceful(conn.get_mut().as_mut()),
     }
     log_end(conn.await);
 }
