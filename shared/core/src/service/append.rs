@@ -229,12 +229,16 @@ fn frame_body(req: &AppendRequest, meta: &StreamMeta) -> ServiceResult<Bytes> {
     let Some(ct) = req.content_type.as_deref() else {
         return Err(ServiceError::BadRequest("Content-Type is required with a body".into()));
     };
-    ds_protocol::headers::validate_content_type(ct)?;
-    if !content_types_match(ct, &meta.content_type) {
-        return Err(ServiceError::Conflict(format!(
-            "Content-Type {ct:?} does not match the stream's {:?}",
-            meta.content_type
-        )));
+    // The usual case, the stream's own (validated) content type verbatim,
+    // needs neither check.
+    if ct != &*meta.content_type {
+        ds_protocol::headers::validate_content_type(ct)?;
+        if !content_types_match(ct, &meta.content_type) {
+            return Err(ServiceError::Conflict(format!(
+                "Content-Type {ct:?} does not match the stream's {:?}",
+                meta.content_type
+            )));
+        }
     }
     if is_json(&meta.content_type) {
         Ok(json::frame_messages(&req.body, EmptyArray::Reject)?)

@@ -14,6 +14,7 @@ mod speculation;
 mod sse;
 
 use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use rand::Rng;
@@ -229,7 +230,7 @@ impl StreamService {
             };
             // Submit under the lock (so submissions are ordered), then wait for
             // durability without it, letting the next append stack on top.
-            let pending = match self.sub.store.submit(commit).await {
+            let mut pending = match self.sub.store.submit(commit).await {
                 Ok(pending) => pending,
                 Err(e) => {
                     drop(guard);
@@ -237,13 +238,24 @@ impl StreamService {
                     continue;
                 }
             };
+            // A store that applies a commit as it is submitted (memory, AWS)
+            // has nothing in flight: the next plan reads the applied state,
+            // and a prediction would only be recorded and dropped again.
+            let applied = match pending.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+                Poll::Ready(result) => Some(result),
+                Poll::Pending => None,
+            };
+            let predicted = if applied.is_none() { predicted } else { None };
             // A prediction is of `stream` itself (an append's next meta).
             let predicting = predicted.is_some();
             if let Some(p) = predicted {
                 self.speculation.submitted(p.meta, p.producer);
             }
             drop(guard);
-            let result = pending.await;
+            let result = match applied {
+                Some(result) => result,
+                None => pending.await,
+            };
             if predicting {
                 self.speculation.finished(path, result.is_ok());
             }
