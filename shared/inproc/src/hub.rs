@@ -35,7 +35,17 @@ impl StreamHub for InProcHub {
         let Some(ctx) = self.registry.existing(path) else {
             return;
         };
-        ctx.signal.send_modify(|current| merge(current, signal));
+        // With no receiver, keep the value but skip the version bump and the
+        // wake-up (eight `Notify` locks in tokio's watch, shared by every
+        // writer of the stream). No wake-up is lost: a reader subscribes,
+        // then reads the store; if its read missed this commit, its
+        // subscription preceded the commit (ordered by the store's lock,
+        // which the commit released before this publish), so it is counted.
+        let waiting = ctx.signal.receiver_count() > 0;
+        ctx.signal.send_if_modified(|current| {
+            merge(current, signal);
+            waiting
+        });
     }
 
     fn subscribe(&self, stream: &StreamHandle) -> Box<dyn HubSubscription> {
@@ -89,7 +99,9 @@ impl HubSubscription for InProcSubscription {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
+    use ds_core::StreamRegistry;
 
     fn sig(inc: &str, tail: u64) -> TailSignal {
         TailSignal { incarnation: inc.into(), tail, closed: false, deleted: false }
@@ -102,6 +114,20 @@ mod tests {
         assert_eq!(cur.as_ref().map(|s| s.tail), Some(20));
         merge(&mut cur, sig("b", 5));
         assert_eq!(cur, Some(sig("b", 5)));
+    }
+
+    #[tokio::test]
+    async fn a_publish_nobody_waits_for_is_kept_and_the_next_reader_is_woken() {
+        let registry = Arc::new(InProcRegistry::new());
+        let hub = InProcHub::new(Arc::clone(&registry));
+        let held = registry.enter("p");
+        hub.publish("p", sig("a", 5));
+        let ctx = registry.existing("p").unwrap();
+        assert_eq!(*ctx.signal.borrow(), Some(sig("a", 5)), "the value is kept");
+        let mut sub = hub.subscribe(&held);
+        hub.publish("p", sig("a", 9));
+        let deadline = Instant::now() + std::time::Duration::from_secs(5);
+        assert!(sub.changed(&sig("a", 5), deadline).await);
     }
 
     #[tokio::test]
