@@ -55,6 +55,7 @@ impl Results {
     /// True when `value` of `m` is above the load-bound share of the ceiling.
     pub fn load_bound(&self, m: Metric, value: f64) -> bool {
         match (&self.calibration, m.concurrency(self.p1_concurrency)) {
+            (Some(cal), _) if m == Metric::P2ReadMbps => cal.is_read_bound(value),
             (Some(cal), Some(c)) => cal.is_load_bound(c, value),
             _ => false,
         }

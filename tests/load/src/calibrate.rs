@@ -5,6 +5,8 @@
 //! concurrency says more about the tool than about the server: the report
 //! marks such cells **load-bound**. When wrk is installed it is run against
 //! the same sink, so the report also says how close ds-load gets to it.
+//! P2's reader is calibrated the same way: catch-up reads of a body of P2's
+//! size that the sink keeps ready, read by the reader P2 uses.
 
 use crate::cpu::CpuMeter;
 use crate::raw::{self, Reply};
@@ -37,6 +39,23 @@ pub struct Calibration {
     pub wrk: Option<(usize, Point)>,
     /// Why wrk was not measured.
     pub wrk_note: Option<String>,
+    /// P2's reader against the sink: bytes per read and MB/s (median).
+    pub read: Option<(usize, f64)>,
+}
+
+/// The catch-up reads the P2 reader is calibrated with.
+#[derive(Clone, Copy, Debug)]
+pub struct ReadShape {
+    /// Body bytes of one read (P2's records × 100 B).
+    pub bytes: usize,
+    /// Reads measured; the ceiling is their median.
+    pub reads: usize,
+}
+
+impl Default for ReadShape {
+    fn default() -> Self {
+        Self { bytes: 1_000_000, reads: 5 }
+    }
 }
 
 impl Calibration {
@@ -49,6 +68,11 @@ impl Calibration {
 
     pub fn is_load_bound(&self, concurrency: usize, rate: f64) -> bool {
         self.ceiling(concurrency).is_some_and(|c| rate > LOAD_BOUND_SHARE * c)
+    }
+
+    /// A P2 figure (MB/s) above the load-bound share of the reader's ceiling.
+    pub fn is_read_bound(&self, mbps: f64) -> bool {
+        self.read.is_some_and(|(_, c)| mbps > LOAD_BOUND_SHARE * c)
     }
 
     /// The report's calibration line.
@@ -76,8 +100,11 @@ impl Calibration {
             )),
             _ => s.push_str(&format!(" wrk: {}.", self.wrk_note.as_deref().unwrap_or("not measured"))),
         }
+        if let Some((bytes, mbps)) = self.read {
+            s.push_str(&format!(" P2's reader against the same server answering a {bytes} B catch-up: {mbps:.1} MB/s."));
+        }
         s.push_str(&format!(
-            " Throughput cells above {:.0}% of the ceiling at their concurrency are marked **load-bound**.",
+            " Throughput cells (and P2 figures) above {:.0}% of the ceiling at their concurrency are marked **load-bound**.",
             LOAD_BOUND_SHARE * 100.0
         ));
         s
@@ -94,11 +121,17 @@ fn accept_any_2xx(r: &Reply) -> Result<()> {
 
 /// Starts the sink (this executable's `sink` subcommand), measures ds-load
 /// at each concurrency and wrk at the largest, stops the sink.
-pub async fn run(concurrencies: &[usize], secs: f64, threads: usize, work: &Path) -> Result<Calibration> {
+pub async fn run(
+    concurrencies: &[usize],
+    secs: f64,
+    threads: usize,
+    read: ReadShape,
+    work: &Path,
+) -> Result<Calibration> {
     let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
     let exe = std::env::current_exe()?;
     let mut sink = Command::new(&exe)
-        .args(["sink", "--bind", &format!("127.0.0.1:{port}")])
+        .args(["sink", "--bind", &format!("127.0.0.1:{port}"), "--read-bytes", &read.bytes.to_string()])
         .stdin(Stdio::null())
         .kill_on_drop(true)
         .spawn()
@@ -125,6 +158,9 @@ pub async fn run(concurrencies: &[usize], secs: f64, threads: usize, work: &Path
         cal.tool.push(Point { concurrency: c, rate: run.rate(), others: meter.others_cores() });
         eprintln!("    calibration: ds-load c={c}: {:.0}/s", run.rate());
     }
+    let mbps = read_ceiling(addr, read).await?;
+    eprintln!("    calibration: P2 reader: {mbps:.1} MB/s");
+    cal.read = Some((read.bytes, mbps));
     match cs.last() {
         Some(&top) => match wrk_best(port, top, secs, pid, work).await {
             Ok(best) => cal.wrk = Some(best),
@@ -135,6 +171,24 @@ pub async fn run(concurrencies: &[usize], secs: f64, threads: usize, work: &Path
     let _ = sink.start_kill();
     let _ = sink.wait().await;
     Ok(cal)
+}
+
+/// Median MB/s of P2's reader fetching the sink's catch-up body.
+async fn read_ceiling(addr: std::net::SocketAddr, read: ReadShape) -> Result<f64> {
+    let mut conn = raw::Conn::new(addr);
+    conn.connect().await?;
+    let request = raw::get_request(&addr.to_string(), "/v1/stream/calibration-read?offset=-1");
+    let mut rates = Vec::new();
+    for _ in 0..read.reads.max(1) {
+        let start = Instant::now();
+        let got = conn.fetch(&request).await?;
+        let secs = start.elapsed().as_secs_f64();
+        if got.status != 200 || got.body.len() != read.bytes || !got.up_to_date {
+            bail!("sink read: HTTP {}, {} of {} B", got.status, got.body.len(), read.bytes);
+        }
+        rates.push(got.body.len() as f64 / secs / 1e6);
+    }
+    Ok(crate::stats::median(&rates))
 }
 
 /// wrk with 1 and 2 threads; the faster.
@@ -211,5 +265,8 @@ mod tests {
         assert!(cal.is_load_bound(1, 5_001.0));
         assert!(!cal.is_load_bound(64, 40_000.0));
         assert!(Calibration::default().ceiling(1).is_none());
+        let read = Calibration { read: Some((1_000_000, 2_000.0)), ..Default::default() };
+        assert!(read.is_read_bound(1_001.0) && !read.is_read_bound(999.0));
+        assert!(!Calibration::default().is_read_bound(1e9), "no calibration, no mark");
     }
 }

@@ -99,10 +99,13 @@ enum Cmd {
         pid: Option<u32>,
     },
     /// The trivial server the calibration measures against (reads each
-    /// body, answers 204); runs until killed.
+    /// body, answers 204; answers a GET with `--read-bytes` bytes); runs
+    /// until killed.
     Sink {
         #[arg(long, default_value = "127.0.0.1:0")]
         bind: String,
+        #[arg(long, default_value_t = 1_000_000)]
+        read_bytes: usize,
     },
     /// Only the calibration: ds-load's (and wrk's) ceiling against the sink.
     Calibrate {
@@ -294,16 +297,17 @@ async fn dispatch(cli: Cli) -> Result<i32> {
             println!("{}", latency.markdown());
             Ok(0)
         }
-        Cmd::Sink { bind } => {
+        Cmd::Sink { bind, read_bytes } => {
             let listener = tokio::net::TcpListener::bind(&bind).await?;
             eprintln!("sink listening on {}", listener.local_addr()?);
-            ds_load::sink::serve(listener).await?;
+            ds_load::sink::serve(listener, read_bytes).await?;
             Ok(0)
         }
         Cmd::Calibrate { secs, concurrency, work_dir } => {
             let cs: Vec<usize> = concurrency.split(',').filter_map(|c| c.trim().parse().ok()).collect();
             let threads = ds_load::workloads::append::load_threads();
-            let cal = calibrate::run(&cs, secs, threads, &work_dir).await?;
+            let read = calibrate::ReadShape::default();
+            let cal = calibrate::run(&cs, secs, threads, read, &work_dir).await?;
             println!("{}", cal.markdown());
             Ok(0)
         }
@@ -340,7 +344,8 @@ async fn dispatch(cli: Cli) -> Result<i32> {
                 eprintln!("calibrating the load tool against the trivial server ...");
                 let cs = [1, ds_load::workloads::create::CREATE_IN_FLIGHT, params.p1_concurrency];
                 let threads = ds_load::workloads::append::load_threads();
-                Some(calibrate::run(&cs, calibration_secs, threads, &work_dir).await.context("calibration")?)
+                let read = calibrate::ReadShape { bytes: params.p2_records * ds_load::record::RECORD_LEN, reads: params.p2_reads };
+                Some(calibrate::run(&cs, calibration_secs, threads, read, &work_dir).await.context("calibration")?)
             } else {
                 None
             };

@@ -12,6 +12,7 @@
 use anyhow::{anyhow, bail, Context, Result};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
+use bytes::BufMut;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -50,7 +51,7 @@ impl Template {
         if marker.len() != SEQ_DIGITS {
             bail!("patch marker must be {SEQ_DIGITS} bytes");
         }
-        let auth = authorization.map(|a| format!("authorization: {a}\r\n")).unwrap_or_default();
+        let auth = auth_line(authorization);
         let mut bytes = format!(
             "{method} {path} HTTP/1.1\r\nhost: {host}\r\n{auth}content-type: {content_type}\r\ncontent-length: {}\r\n\r\n",
             body.len()
@@ -77,6 +78,26 @@ impl Template {
     pub fn bytes(&self) -> &[u8] {
         &self.bytes
     }
+}
+
+/// The `authorization` header line (or nothing) requests carry.
+fn auth_line(authorization: Option<&str>) -> String {
+    authorization.map(|a| format!("authorization: {a}\r\n")).unwrap_or_default()
+}
+
+/// A `GET` of `path_and_query`, with the credential [`Template::new`] uses.
+pub fn get_request(host: &str, path_and_query: &str) -> Vec<u8> {
+    let auth = std::env::var("DS_LOAD_AUTHORIZATION").ok().filter(|a| !a.is_empty());
+    format!("GET {path_and_query} HTTP/1.1\r\nhost: {host}\r\n{}\r\n", auth_line(auth.as_deref())).into_bytes()
+}
+
+/// A whole response, body kept: what a catch-up reader needs.
+#[derive(Debug)]
+pub struct Fetched {
+    pub status: u16,
+    pub next_offset: Option<String>,
+    pub up_to_date: bool,
+    pub body: Vec<u8>,
 }
 
 /// What the workloads check of a response.
@@ -118,9 +139,47 @@ impl Conn {
     /// discarded: the throughput workloads verify by reading streams back).
     pub async fn exchange(&mut self, request: &[u8]) -> Result<Reply> {
         self.stream().await?.write_all(request).await.context("sending the request")?;
-        let (reply, head_len, body, close) = loop {
-            if let Some(parsed) = parse_head(&self.buf[..self.filled])? {
-                break parsed;
+        let head = self.read_head().await?;
+        self.consume(head.len);
+        match head.body {
+            Body::None => {}
+            Body::Length(n) => self.skip(n).await?,
+            Body::Chunked => self.skip_chunked(None).await?,
+        }
+        if head.close {
+            self.stream = None;
+        }
+        Ok(head.reply)
+    }
+
+    /// Connects now (so that a timed request does not include it).
+    pub async fn connect(&mut self) -> Result<()> {
+        self.stream().await.map(|_| ())
+    }
+
+    /// Sends one request and returns its whole response, body included,
+    /// read straight into one buffer of the announced length.
+    pub async fn fetch(&mut self, request: &[u8]) -> Result<Fetched> {
+        self.stream().await?.write_all(request).await.context("sending the request")?;
+        let head = self.read_head().await?;
+        let next_offset = head.next_offset.map(|r| String::from_utf8_lossy(&self.buf[r]).into_owned());
+        self.consume(head.len);
+        let mut body = Vec::new();
+        match head.body {
+            Body::None => {}
+            Body::Length(n) => self.take(n, &mut body).await?,
+            Body::Chunked => self.skip_chunked(Some(&mut body)).await?,
+        }
+        if head.close {
+            self.stream = None;
+        }
+        Ok(Fetched { status: head.reply.status, next_offset, up_to_date: head.up_to_date, body })
+    }
+
+    async fn read_head(&mut self) -> Result<Head> {
+        loop {
+            if let Some(head) = parse_head(&self.buf[..self.filled])? {
+                return Ok(head);
             }
             if self.filled == self.buf.len() {
                 if self.buf.len() >= MAX_RESPONSE_HEAD {
@@ -129,17 +188,7 @@ impl Conn {
                 self.buf.resize(self.buf.len() * 2, 0);
             }
             self.read_more().await?;
-        };
-        self.consume(head_len);
-        match body {
-            Body::None => {}
-            Body::Length(n) => self.skip(n).await?,
-            Body::Chunked => self.skip_chunked().await?,
         }
-        if close {
-            self.stream = None;
-        }
-        Ok(reply)
     }
 
     async fn read_more(&mut self) -> Result<()> {
@@ -159,6 +208,26 @@ impl Conn {
         self.filled -= n;
     }
 
+    /// Appends the next `n` body bytes to `out`: what is buffered, then
+    /// reads from the socket into `out` itself (no copy through `buf`).
+    async fn take(&mut self, n: usize, out: &mut Vec<u8>) -> Result<()> {
+        let buffered = n.min(self.filled);
+        out.reserve_exact(n);
+        out.extend_from_slice(&self.buf[..buffered]);
+        self.consume(buffered);
+        let end = out.len() + (n - buffered);
+        while out.len() < end {
+            let stream = self.stream.as_mut().ok_or_else(|| anyhow!("no connection"))?;
+            let want = end - out.len();
+            let read = stream.read_buf(&mut (&mut *out).limit(want)).await.context("reading the response")?;
+            if read == 0 {
+                self.stream = None;
+                bail!("connection closed by the server mid-response");
+            }
+        }
+        Ok(())
+    }
+
     async fn skip(&mut self, mut n: usize) -> Result<()> {
         loop {
             let take = n.min(self.filled);
@@ -171,7 +240,8 @@ impl Conn {
         }
     }
 
-    async fn skip_chunked(&mut self) -> Result<()> {
+    /// Reads a chunked body: kept in `out` if given, else discarded.
+    async fn skip_chunked(&mut self, mut out: Option<&mut Vec<u8>>) -> Result<()> {
         loop {
             let (head, size) = loop {
                 match httparse::parse_chunk_size(&self.buf[..self.filled]) {
@@ -183,7 +253,13 @@ impl Conn {
             self.consume(head);
             // Chunk data and its CRLF; the last chunk (size 0) ends with an
             // empty trailer line (servers here send no trailers).
-            self.skip(size + 2).await?;
+            match out.as_deref_mut() {
+                Some(out) => {
+                    self.take(size, out).await?;
+                    self.skip(2).await?;
+                }
+                None => self.skip(size + 2).await?,
+            }
             if size == 0 {
                 return Ok(());
             }
@@ -197,9 +273,22 @@ enum Body {
     Chunked,
 }
 
-/// Parses a complete response head: the reply, the head's length, how the
-/// body is delimited and whether the server closes the connection.
-fn parse_head(buf: &[u8]) -> Result<Option<(Reply, usize, Body, bool)>> {
+/// A parsed response head.
+struct Head {
+    reply: Reply,
+    /// Its length in the buffer.
+    len: usize,
+    body: Body,
+    /// The server closes the connection after this response.
+    close: bool,
+    /// Where the `Stream-Next-Offset` value lies in the buffer.
+    next_offset: Option<std::ops::Range<usize>>,
+    up_to_date: bool,
+}
+
+/// Parses a complete response head (no allocation: values are located, not
+/// copied).
+fn parse_head(buf: &[u8]) -> Result<Option<Head>> {
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut resp = httparse::Response::new(&mut headers);
     let head_len = match resp.parse(buf).map_err(|e| anyhow!("bad response head: {e}"))? {
@@ -207,7 +296,7 @@ fn parse_head(buf: &[u8]) -> Result<Option<(Reply, usize, Body, bool)>> {
         httparse::Status::Partial => return Ok(None),
     };
     let status = resp.code.ok_or_else(|| anyhow!("no status code"))?;
-    let (mut length, mut chunked, mut close, mut next_offset) = (None, false, false, false);
+    let (mut length, mut chunked, mut close, mut next_offset, mut up_to_date) = (None, false, false, None, false);
     for h in resp.headers.iter() {
         if h.name.eq_ignore_ascii_case("content-length") {
             let v = std::str::from_utf8(h.value).ok().and_then(|v| v.trim().parse::<usize>().ok());
@@ -217,7 +306,10 @@ fn parse_head(buf: &[u8]) -> Result<Option<(Reply, usize, Body, bool)>> {
         } else if h.name.eq_ignore_ascii_case("connection") {
             close = h.value.eq_ignore_ascii_case(b"close");
         } else if h.name.eq_ignore_ascii_case("stream-next-offset") {
-            next_offset = true;
+            let at = h.value.as_ptr() as usize - buf.as_ptr() as usize;
+            next_offset = Some(at..at + h.value.len());
+        } else if h.name.eq_ignore_ascii_case("stream-up-to-date") {
+            up_to_date = h.value.eq_ignore_ascii_case(b"true");
         }
     }
     let body = if status == 204 || status == 304 || (100..200).contains(&status) {
@@ -229,7 +321,8 @@ fn parse_head(buf: &[u8]) -> Result<Option<(Reply, usize, Body, bool)>> {
     } else {
         bail!("HTTP {status} response without a length (close-delimited bodies are not supported)");
     };
-    Ok(Some((Reply { status, next_offset }, head_len, body, close)))
+    let reply = Reply { status, next_offset: next_offset.is_some() };
+    Ok(Some(Head { reply, len: head_len, body, close, next_offset, up_to_date }))
 }
 
 /// `127.0.0.1:port` of an `http://127.0.0.1:port` base URL.
@@ -349,15 +442,58 @@ mod tests {
     fn parses_heads() {
         let head = b"HTTP/1.1 204 No Content\r\nStream-Next-Offset: 1\r\n\r\n";
         let with_more = [&head[..], b"rest"].concat();
-        let (r, len, body, close) = parse_head(&with_more).expect("ok").expect("complete");
-        assert_eq!(r, Reply { status: 204, next_offset: true });
-        assert_eq!(len, head.len(), "the head ends where the next bytes begin");
-        assert!(matches!(body, Body::None) && !close);
-        let (_, _, body, close) = parse_head(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\nconnection: close\r\n\r\n")
+        let h = parse_head(&with_more).expect("ok").expect("complete");
+        assert_eq!(h.reply, Reply { status: 204, next_offset: true });
+        assert_eq!(h.len, head.len(), "the head ends where the next bytes begin");
+        assert!(matches!(h.body, Body::None) && !h.close && !h.up_to_date);
+        assert_eq!(h.next_offset.map(|r| &with_more[r]), Some(&b"1"[..]));
+        let h = parse_head(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\nconnection: close\r\nstream-up-to-date: true\r\n\r\n")
             .expect("ok")
             .expect("complete");
-        assert!(matches!(body, Body::Length(5)) && close);
+        assert!(matches!(h.body, Body::Length(5)) && h.close && h.up_to_date);
         assert!(parse_head(b"HTTP/1.1 200 OK\r\ncontent-le").expect("ok").is_none());
         assert!(parse_head(b"HTTP/1.1 200 OK\r\n\r\n").is_err(), "close-delimited body refused");
+    }
+
+    /// Serves `responses` in order, one per request read, on one connection.
+    async fn canned(responses: Vec<Vec<u8>>) -> SocketAddr {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.expect("accept");
+            for resp in responses {
+                let mut buf = [0u8; 4096];
+                let _ = s.read(&mut buf).await;
+                // In two writes, so the reader sees the body arrive in parts.
+                let (a, b) = resp.split_at(resp.len() / 2);
+                s.write_all(a).await.expect("write");
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                s.write_all(b).await.expect("write");
+            }
+        });
+        addr
+    }
+
+    #[tokio::test]
+    async fn fetches_whole_bodies_by_length_and_chunked() {
+        let body = vec![b'x'; 100_000];
+        let mut by_length = format!(
+            "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nstream-next-offset: 0_7\r\nstream-up-to-date: true\r\n\r\n",
+            body.len()
+        )
+        .into_bytes();
+        by_length.extend_from_slice(&body);
+        let chunked =
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\nstream-next-offset: 9\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n"
+                .to_vec();
+        let mut conn = Conn::new(canned(vec![by_length, chunked]).await);
+        let request = get_request("h", "/s?offset=-1");
+        let got = conn.fetch(&request).await.expect("fetch");
+        assert_eq!((got.status, got.up_to_date), (200, true));
+        assert_eq!(got.next_offset.as_deref(), Some("0_7"));
+        assert_eq!(got.body, body);
+        let got = conn.fetch(&request).await.expect("fetch");
+        assert_eq!((got.next_offset.as_deref(), got.up_to_date), (Some("9"), false));
+        assert_eq!(got.body, b"abcde");
     }
 }
