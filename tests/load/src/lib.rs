@@ -5,7 +5,7 @@
 //!
 //! Layout: `client` speaks the protocol, `record` makes and checks the
 //! payloads, `workloads` holds P1–P4 and P7, `raw` is the lean HTTP/1.1
-//! driver of the throughput workloads, `server` spawns servers and measures
+//! driver of the throughput workloads and of P2's timed reads, `server` spawns servers and measures
 //! P6, `calibrate` measures the tool's ceiling against `sink`, `cpu` is the
 //! busy-machine guard, `processor` the processor effect latency, `webhook`
 //! the subscription webhook latency, `bench` runs the interleaved rounds and

@@ -1,9 +1,10 @@
-//! The lean HTTP/1.1 driver behind the throughput workloads (P1, P7) and the
-//! calibration: one keep-alive TCP connection per writer, the request bytes
-//! built once per connection and only their sequence digits patched in place
-//! before each send, responses parsed with `httparse` into a buffer that is
-//! reused. Nothing is allocated per request, so the tool's own CPU per
-//! request stays close to wrk's and the server, not the tool, sets the rate.
+//! The lean HTTP/1.1 driver behind the throughput workloads (P1, P7), P2's
+//! timed reads ([`Conn::fetch`]) and the calibration: one keep-alive TCP
+//! connection per writer, the request bytes built once per connection and
+//! only their sequence digits patched in place before each send, responses
+//! parsed with `httparse` into a buffer that is reused. The throughput path
+//! allocates nothing per request, so the tool's own CPU per request stays
+//! close to wrk's and the server, not the tool, sets the rate.
 //!
 //! reqwest (`client`) is still what creates streams and reads them back for
 //! verification and what the latency workloads use: its per-request cost
