@@ -19,8 +19,8 @@ mod layers;
 mod live;
 mod metrics;
 mod processors;
-mod request;
 mod repoll;
+mod request;
 mod reserved;
 pub mod serve;
 

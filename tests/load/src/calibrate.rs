@@ -101,7 +101,9 @@ impl Calibration {
             _ => s.push_str(&format!(" wrk: {}.", self.wrk_note.as_deref().unwrap_or("not measured"))),
         }
         if let Some((bytes, mbps)) = self.read {
-            s.push_str(&format!(" P2's reader against the same server answering a {bytes} B catch-up: {mbps:.1} MB/s."));
+            s.push_str(&format!(
+                " P2's reader against the same server answering a {bytes} B catch-up: {mbps:.1} MB/s."
+            ));
         }
         s.push_str(&format!(
             " Throughput cells (and P2 figures) above {:.0}% of the ceiling at their concurrency are marked **load-bound**.",

@@ -344,7 +344,10 @@ async fn dispatch(cli: Cli) -> Result<i32> {
                 eprintln!("calibrating the load tool against the trivial server ...");
                 let cs = [1, ds_load::workloads::create::CREATE_IN_FLIGHT, params.p1_concurrency];
                 let threads = ds_load::workloads::append::load_threads();
-                let read = calibrate::ReadShape { bytes: params.p2_records * ds_load::record::RECORD_LEN, reads: params.p2_reads };
+                let read = calibrate::ReadShape {
+                    bytes: params.p2_records * ds_load::record::RECORD_LEN,
+                    reads: params.p2_reads,
+                };
                 Some(calibrate::run(&cs, calibration_secs, threads, read, &work_dir).await.context("calibration")?)
             } else {
                 None

@@ -11,9 +11,9 @@
 //! (pool, URL, header maps) does not matter there.
 
 use anyhow::{anyhow, bail, Context, Result};
+use bytes::BufMut;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
-use bytes::BufMut;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -448,9 +448,10 @@ mod tests {
         assert_eq!(h.len, head.len(), "the head ends where the next bytes begin");
         assert!(matches!(h.body, Body::None) && !h.close && !h.up_to_date);
         assert_eq!(h.next_offset.map(|r| &with_more[r]), Some(&b"1"[..]));
-        let h = parse_head(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\nconnection: close\r\nstream-up-to-date: true\r\n\r\n")
-            .expect("ok")
-            .expect("complete");
+        let h =
+            parse_head(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\nconnection: close\r\nstream-up-to-date: true\r\n\r\n")
+                .expect("ok")
+                .expect("complete");
         assert!(matches!(h.body, Body::Length(5)) && h.close && h.up_to_date);
         assert!(parse_head(b"HTTP/1.1 200 OK\r\ncontent-le").expect("ok").is_none());
         assert!(parse_head(b"HTTP/1.1 200 OK\r\n\r\n").is_err(), "close-delimited body refused");

@@ -8,9 +8,9 @@
 use anyhow::Result;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
+use hyper::header::HeaderValue;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
-use hyper::header::HeaderValue;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use std::convert::Infallible;

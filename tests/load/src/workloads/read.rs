@@ -9,8 +9,8 @@
 
 use super::{fail_all, Outcome, Params};
 use crate::client::{Client, BINARY};
-use crate::raw;
 use crate::metrics::Metric;
+use crate::raw;
 use crate::record::{record, verify, RECORD_LEN};
 use crate::stats::median;
 use anyhow::{anyhow, bail, Result};
