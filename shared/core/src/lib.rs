@@ -14,6 +14,7 @@
 pub mod contract;
 pub mod fold;
 pub mod model;
+pub mod read_cache;
 pub mod service;
 pub mod substrate;
 

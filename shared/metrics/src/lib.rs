@@ -12,7 +12,9 @@
 //! - `ds_store_commit_batch_size`, `ds_store_fsync_seconds`,
 //!   `ds_store_checkpoint_seconds`: the local store's group commit (commits
 //!   per durable batch, how long each batch's log append with its fsync
-//!   took) and its checkpoints (writing the overlay into the tables).
+//!   took) and its checkpoints (writing the overlay into the tables);
+//! - `ds_store_read_cache_hits_total`: the local store's catch-up reads
+//!   served from its cache of recently read checkpointed bytes.
 
 pub mod emf;
 pub mod prometheus;

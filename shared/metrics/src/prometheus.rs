@@ -107,6 +107,10 @@ fn describe() {
         Unit::Seconds,
         "Checkpoint time: the overlay written into the tables, fsync included"
     );
+    describe_counter!(
+        "ds_store_read_cache_hits_total",
+        "Catch-up reads of the local store served from its cache of recently read checkpointed bytes"
+    );
     describe_gauge!("ds_processor_streams", "Streams a hosted processor runs on, by processor");
     describe_gauge!(
         "ds_processor_max_lag",

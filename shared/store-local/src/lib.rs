@@ -26,14 +26,17 @@
 //! - **Reads** never go through the writer. What the overlay holds (the
 //!   writes since the last checkpoint: a live stream's tail) is served from
 //!   memory; the rest opens its own MVCC read transaction on tokio's
-//!   blocking pool, concurrently with other reads and with the writer. The
+//!   blocking pool, concurrently with other reads and with the writer; what a
+//!   contiguous (catch-up) read took from the tables is kept in a bounded
+//!   read cache (`ds_core::read_cache`), so the next catch-up of the same bytes
+//!   is served from memory without the hop. The
 //!   meta read that plans a mutation (`read_meta_for_update`) is served from
 //!   the overlay or from the metas the writer committed last (module
 //!   `meta_cache`) when they have it.
 //! - **touch** is an in-memory overlay merged into every read (so the sliding
 //!   TTL is exact within the process), written to disk about once a second,
 //!   piggybacked on a commit batch when there is one — never an fsync per read.
-//! - Records carry a CRC-32, checked on every read; a corrupt one is
+//! - Records carry a CRC-32, checked on every read from the file; a corrupt one is
 //!   `StoreError::Backend` (never served). Log entries carry one too; a torn
 //!   last entry (a crash mid-write: never acknowledged) is cut off on open.
 //! - A full disk answers `StoreError::Unavailable` with the reason; after a

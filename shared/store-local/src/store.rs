@@ -25,6 +25,7 @@ use crate::tables::{self, CHUNKS, LOG, META, PRODUCERS, RECORDS};
 use crate::touch::TouchOverlay;
 use crate::wal::Wal;
 use crate::writer::{self, Counters, Job, WriterStats};
+use ds_core::read_cache::{ReadCache, ADMIT_ASSEMBLED};
 
 /// File name of the database inside the store directory.
 pub const DB_FILE: &str = "streams.redb";
@@ -43,6 +44,8 @@ pub struct LocalStore {
     counters: Arc<Counters>,
     /// Durable writes not yet in the tables (see `overlay`): read first.
     overlay: Arc<RwLock<Overlay>>,
+    /// Recent catch-up reads' bytes (see `ds_core::read_cache`).
+    cache: Arc<ReadCache>,
     jobs: Option<Sender<Job>>,
     writer: Option<JoinHandle<()>>,
 }
@@ -81,6 +84,7 @@ impl LocalStore {
         let metas = Arc::new(CommittedMetas::default());
         let counters = Arc::new(Counters::default());
         let overlay = Arc::new(RwLock::new(Overlay::default()));
+        let cache = Arc::new(ReadCache::default());
         counters.replayed.store(recovered.replayed, std::sync::atomic::Ordering::Relaxed);
         let (tx, rx) = channel();
         let writer = {
@@ -89,6 +93,7 @@ impl LocalStore {
                 metas: Arc::clone(&metas),
                 counters: Arc::clone(&counters),
                 overlay: Arc::clone(&overlay),
+                cache: Arc::clone(&cache),
             };
             let db = Arc::clone(&db);
             std::thread::Builder::new()
@@ -96,13 +101,19 @@ impl LocalStore {
                 .spawn(move || writer::run(db, wal, next_lsn, rx, state))
                 .map_err(OpenError::Writer)?
         };
-        Ok(Self { db, touches, metas, counters, overlay, jobs: Some(tx), writer: Some(writer) })
+        Ok(Self { db, touches, metas, counters, overlay, cache, jobs: Some(tx), writer: Some(writer) })
     }
 
     /// What the writer has done so far (commits answered, log syncs made,
     /// log entries replayed).
     pub fn stats(&self) -> WriterStats {
         self.counters.snapshot()
+    }
+
+    /// Contiguous reads answered (at least in part) from the cache of
+    /// recently read checkpointed bytes.
+    pub fn cached_reads(&self) -> u64 {
+        self.cache.hits()
     }
 
     fn overlay(&self) -> RwLockReadGuard<'_, Overlay> {
@@ -217,27 +228,51 @@ impl StreamStore for LocalStore {
         if ds_core::contiguous_len(from, until, max_bytes).is_none() {
             return Ok(None);
         }
-        let part = self.overlay().chunks(stream.path(), incarnation, from, until);
-        let Some(below) = part.below.filter(|below| *below > from) else {
-            return Ok(join_chunks(&part.chunks, from, until));
-        };
-        let (path, incarnation) = (stream.path().to_owned(), incarnation.to_owned());
-        let lower = self
-            .read(move |txn| {
-                let table = txn.open_table(CHUNKS).map_err(storage)?;
-                tables::read_contiguous(&table, &path, &incarnation, from, below)
-            })
-            .await?;
-        let (Some(lower), Some(upper)) = (lower, join_chunks(&part.chunks, below, until)) else {
-            return Ok(None);
-        };
-        if upper.is_empty() {
-            return Ok(Some(lower));
+        // What the cache holds first (see `ds_core::read_cache`: durable
+        // bytes never change), then the tables' part of the rest, then the
+        // overlay's.
+        let (path, cache) = (stream.path(), &self.cache);
+        let (mut pieces, epoch) = cache.prefix(path, incarnation, from, until);
+        let mut pos = from + pieces.iter().map(|p| p.len() as u64).sum::<u64>();
+        let cached = pieces.len();
+        if cached > 0 {
+            metrics::counter!("ds_store_read_cache_hits_total").increment(1);
         }
-        let mut both = BytesMut::with_capacity(lower.len() + upper.len());
-        both.extend_from_slice(&lower);
-        both.extend_from_slice(&upper);
-        Ok(Some(both.freeze()))
+        let mut admit = false;
+        if pos < until {
+            let part = self.overlay().chunks(path, incarnation, pos, until);
+            if let Some(below) = part.below.filter(|below| *below > pos) {
+                let (owned, inc) = (path.to_owned(), incarnation.to_owned());
+                let lower = self
+                    .read(move |txn| {
+                        let table = txn.open_table(CHUNKS).map_err(storage)?;
+                        tables::read_contiguous(&table, &owned, &inc, pos, below)
+                    })
+                    .await?;
+                let Some(lower) = lower else { return Ok(None) };
+                pieces.push(lower);
+                pos = below;
+                admit = true; // spares the next read this hop
+            }
+            let Some(upper) = join_chunks(&part.chunks, pos, until) else { return Ok(None) };
+            if !upper.is_empty() {
+                pieces.push(upper);
+            }
+        }
+        // A large read not answered with one cached piece: the next one is
+        // spared the join.
+        admit |= !(cached == 1 && pieces.len() == 1) && until - from >= ADMIT_ASSEMBLED as u64;
+        let whole = if pieces.len() == 1 {
+            pieces.pop().unwrap_or_default()
+        } else {
+            let mut all = BytesMut::with_capacity(pieces.iter().map(Bytes::len).sum());
+            pieces.iter().for_each(|p| all.extend_from_slice(p));
+            all.freeze()
+        };
+        if admit {
+            cache.insert(path, incarnation, from, whole.clone(), epoch);
+        }
+        Ok(Some(whole))
     }
 
     async fn read_producer(

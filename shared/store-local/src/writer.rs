@@ -44,6 +44,7 @@ use crate::redo::{self, AppliedCommit, TouchWrite};
 use crate::tables::{ReadTables, WriteTables};
 use crate::touch::{Touch, TouchOverlay};
 use crate::wal::{AppendError, Wal};
+use ds_core::read_cache::ReadCache;
 
 /// Most commits in one transaction (bounds the latency a batch adds).
 pub(crate) const MAX_BATCH_COMMITS: usize = 1024;
@@ -117,6 +118,8 @@ pub(crate) struct Shared {
     pub counters: Arc<Counters>,
     /// Durable writes not yet in the tables; readers look here first.
     pub overlay: Arc<RwLock<Overlay>>,
+    /// Told of every wipe once the overlay shows it.
+    pub cache: Arc<ReadCache>,
 }
 
 /// The writer thread body: runs until every sender is gone, then flushes the
@@ -325,8 +328,15 @@ impl Writer {
         })?;
         metrics::histogram!("ds_store_fsync_seconds").record(started.elapsed().as_secs_f64());
         self.next_lsn += 1;
-        // Durable: now readers may see it.
-        self.shared.overlay.write().unwrap_or_else(PoisonError::into_inner).absorb(staged);
+        // Durable: now readers may see it. The read cache forgets wiped
+        // streams under the same lock, so a reader that sees a wipe finds
+        // nothing of it cached (see `ds_core::read_cache`).
+        let mut overlay = self.shared.overlay.write().unwrap_or_else(PoisonError::into_inner);
+        overlay.absorb(staged);
+        for (writes, _) in &applied {
+            writes.wiped.iter().for_each(|(path, _)| self.shared.cache.forget(path));
+        }
+        drop(overlay);
         Ok(Done { outcomes, logged: true })
     }
 

@@ -127,3 +127,75 @@ async fn deletions_and_recreations_in_the_overlay_hide_the_tables() {
     let wiped = s.store.read_chunks(&StreamHandle::detached(&old.path), &old.incarnation, 0, 8, usize::MAX).await;
     assert!(wiped.unwrap().is_empty());
 }
+
+/// A catch-up of checkpointed bytes is kept for the next reader (the read
+/// cache), joins the overlay's newer part, and never outlives a deletion.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checkpointed_reads_are_cached_until_the_stream_is_deleted() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, s) = open(dir.path());
+    let meta = create(&s, "cache/a").await;
+    let handle = StreamHandle::detached(&meta.path);
+    let mut expected = Vec::new();
+    for i in 0..50u8 {
+        let data = vec![i; 100];
+        append(&s, &meta.path, Bytes::from(data.clone()), None).await;
+        expected.extend_from_slice(&data);
+    }
+    checkpointed(&store, store.stats().checkpoints).await;
+    let tail = expected.len() as u64;
+    let read = |from: u64, until: u64| s.store.read_contiguous(&handle, &meta.incarnation, from, until, 1 << 20);
+    let hits = store.cached_reads();
+    assert_eq!(read(0, tail).await.unwrap().as_deref(), Some(&expected[..]), "from the tables");
+    assert_eq!(store.cached_reads(), hits, "the first read missed");
+    for (from, until) in [(0, tail), (1, tail), (250, 251), (4999, tail)] {
+        let range = read(from, until).await.unwrap();
+        assert_eq!(range.as_deref(), Some(&expected[from as usize..until as usize]), "[{from}, {until})");
+    }
+    assert_eq!(store.cached_reads(), hits + 4, "every later read was served from memory");
+
+    // Newer appends: the cached part, then the overlay's.
+    for i in 50..60u8 {
+        let data = vec![i; 100];
+        append(&s, &meta.path, Bytes::from(data.clone()), None).await;
+        expected.extend_from_slice(&data);
+    }
+    let tail = expected.len() as u64;
+    assert_eq!(read(10, tail).await.unwrap().as_deref(), Some(&expected[10..]), "cache + overlay");
+    // Once checkpointed, the cached part and the newly read rest.
+    checkpointed(&store, store.stats().checkpoints).await;
+    assert_eq!(read(0, tail).await.unwrap().as_deref(), Some(&expected[..]), "cache + tables");
+    assert_eq!(read(4990, tail).await.unwrap().as_deref(), Some(&expected[4990..]), "across the two pieces");
+
+    // Deleted and checkpointed: the old incarnation's bytes are gone, cached or not.
+    let stored = s.store.read_meta(&handle).await.unwrap().unwrap();
+    let delete = Op::DeleteStream {
+        path: meta.path.clone(),
+        incarnation: meta.incarnation.clone(),
+        expect_version: stored.version,
+    };
+    s.store.commit(Commit { ops: vec![delete] }).await.unwrap();
+    checkpointed(&store, store.stats().checkpoints).await;
+    assert_eq!(read(0, tail).await.unwrap(), None, "a deleted incarnation's bytes are never served");
+    let again = create(&s, "cache/a").await;
+
+    // A large read joined from the overlay's pieces is kept too.
+    let big = create(&s, "cache/big").await;
+    let mut expected = Vec::new();
+    for i in 0..400u16 {
+        let data = vec![i as u8; 100];
+        append(&s, &big.path, Bytes::from(data.clone()), None).await;
+        expected.extend_from_slice(&data);
+    }
+    let big_handle = StreamHandle::detached(&big.path);
+    let tail = expected.len() as u64;
+    let hits = store.cached_reads();
+    for _ in 0..2 {
+        let got = s.store.read_contiguous(&big_handle, &big.incarnation, 0, tail, 1 << 20).await.unwrap();
+        assert_eq!(got.as_deref(), Some(&expected[..]));
+    }
+    assert_eq!(store.cached_reads(), hits + 1, "the second read was served from memory (stats {:?})", store.stats());
+
+    let fresh = s.store.read_contiguous(&handle, &again.incarnation, 0, 10, 1 << 20).await.unwrap();
+    assert_eq!(fresh, None, "the new incarnation starts empty");
+}

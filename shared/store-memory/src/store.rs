@@ -4,7 +4,9 @@
 //! writes ([`ds_core::fold`]), takes the write lock, checks every
 //! precondition and only then applies the writes, so a commit is
 //! all-or-nothing and readers never see half of one. Durable for the process
-//! lifetime only.
+//! lifetime only. A catch-up read joined from many chunks is kept in a
+//! [`ReadCache`] (bounded; forgotten under the write lock that wipes the
+//! stream), so the next one is a slice of it instead of another copy.
 
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Bound;
@@ -13,6 +15,7 @@ use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use async_trait::async_trait;
 use bytes::{Bytes, BytesMut};
 use ds_core::fold::{MetaEffect, NetWrites, StateView};
+use ds_core::read_cache::{ReadCache, ADMIT_ASSEMBLED};
 use ds_core::{Chunk, Commit, ProducerState, Record, StoreError, StreamHandle, StreamMeta, StreamStore};
 
 use crate::chunks::Chunks;
@@ -107,6 +110,7 @@ impl StateView for State {
 #[derive(Default)]
 pub struct MemoryStore {
     state: RwLock<State>,
+    cache: ReadCache,
 }
 
 impl MemoryStore {
@@ -123,6 +127,35 @@ impl MemoryStore {
 
     fn write(&self) -> RwLockWriteGuard<'_, State> {
         self.state.write().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// `[from, until)` of `(path, incarnation)` as one buffer: `cached` (the
+    /// read cache's pieces from `from`), then the stored chunks for the rest.
+    /// `None` where a byte of it is not stored.
+    fn assemble(&self, path: &str, incarnation: &str, from: u64, until: u64, cached: &[Bytes]) -> Option<Bytes> {
+        let mut out = BytesMut::with_capacity(usize::try_from(until - from).ok()?);
+        cached.iter().for_each(|piece| out.extend_from_slice(piece));
+        let mut pos = from + out.len() as u64;
+        let state = self.read();
+        let data = state.incarnation(path, incarnation)?;
+        for &(start, ref bytes) in data.chunks.covering(pos, until) {
+            if pos == until {
+                break;
+            }
+            let end = start + bytes.len() as u64;
+            if start > pos {
+                // A gap: the chunk-wise read reports it.
+                return None;
+            }
+            if end <= pos {
+                continue;
+            }
+            let lo = usize::try_from(pos - start).ok()?;
+            let hi = usize::try_from(end.min(until) - start).ok()?;
+            out.extend_from_slice(&bytes[lo..hi]);
+            pos = end.min(until);
+        }
+        (pos == until).then(|| out.freeze())
     }
 }
 
@@ -151,7 +184,8 @@ impl StreamStore for MemoryStore {
     }
 
     /// One copy of the stored bytes into one buffer: the chunks are not
-    /// cloned and collected one by one (a catch-up of 10,000 small appends).
+    /// cloned and collected one by one (a catch-up of 10,000 small appends);
+    /// a large one is kept for the next read of the same range.
     async fn read_contiguous(
         &self,
         stream: &StreamHandle,
@@ -163,30 +197,19 @@ impl StreamStore for MemoryStore {
         let Some(len) = ds_core::contiguous_len(from, until, max_bytes) else {
             return Ok(None);
         };
-        let state = self.read();
-        let Some(data) = state.incarnation(stream.path(), incarnation) else {
+        if len < ADMIT_ASSEMBLED {
+            // A live reader's tail: the copy costs less than the cache's lock.
+            return Ok(self.assemble(stream.path(), incarnation, from, until, &[]));
+        }
+        let (mut cached, epoch) = self.cache.prefix(stream.path(), incarnation, from, until);
+        if cached.len() == 1 && cached[0].len() == len {
+            return Ok(cached.pop());
+        }
+        let Some(out) = self.assemble(stream.path(), incarnation, from, until, &cached) else {
             return Ok(None);
         };
-        let mut out = BytesMut::with_capacity(len);
-        let mut pos = from;
-        for &(start, ref bytes) in data.chunks.covering(from, until) {
-            let end = start + bytes.len() as u64;
-            if start > pos {
-                // A gap: the chunk-wise read reports it.
-                return Ok(None);
-            }
-            if end <= pos {
-                continue;
-            }
-            let lo = usize::try_from(pos - start).unwrap_or(usize::MAX);
-            let hi = usize::try_from(end.min(until) - start).unwrap_or(usize::MAX);
-            out.extend_from_slice(&bytes[lo..hi]);
-            pos = end.min(until);
-            if pos == until {
-                break;
-            }
-        }
-        Ok((pos == until).then(|| out.freeze()))
+        self.cache.insert(stream.path(), incarnation, from, out.clone(), epoch);
+        Ok(Some(out))
     }
 
     async fn read_producer(
@@ -212,6 +235,8 @@ impl StreamStore for MemoryStore {
         let writes = NetWrites::fold(commit)?;
         let mut state = self.write();
         writes.check(&*state)?;
+        // Under the write lock that publishes the wipe (see `ReadCache`).
+        writes.wiped.iter().for_each(|(path, _)| self.cache.forget(path));
         state.apply(writes);
         Ok(())
     }

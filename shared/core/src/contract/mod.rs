@@ -44,7 +44,7 @@ use async_trait::async_trait;
 use crate::Substrate;
 
 pub use concurrency::{concurrent_appends_one_stream, concurrent_commits_all_or_nothing};
-pub use contiguous::{read_contiguous_ranges, read_contiguous_served};
+pub use contiguous::{read_contiguous_ranges, read_contiguous_repeated_and_deleted, read_contiguous_served};
 pub use forks::fork_peer_reads_named_incarnation;
 pub use keyed::{record_atomic_with_append, record_preconditions, record_writers_race, records_wiped_with_incarnation};
 pub use pipeline::{submit_is_ordered, version_pins_incarnation};
@@ -110,6 +110,7 @@ macro_rules! contract_suite {
             list_streams_by_prefix,
             read_chunks_ranges,
             read_contiguous_ranges,
+            read_contiguous_repeated_and_deleted,
             meta_roundtrip,
             submit_is_ordered,
             version_pins_incarnation,
