@@ -197,7 +197,7 @@ struct Knobs {
     p1_concurrency: usize,
     #[arg(long, env = "DS_BENCH_P2_RECORDS", default_value_t = 10_000)]
     p2_records: usize,
-    #[arg(long, env = "DS_BENCH_P2_READS", default_value_t = 5)]
+    #[arg(long, env = "DS_BENCH_P2_READS", default_value_t = 25)]
     p2_reads: usize,
     #[arg(long, env = "DS_BENCH_P3_ITERS", default_value_t = 1_000)]
     p3_iters: usize,
