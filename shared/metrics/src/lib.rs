@@ -14,7 +14,7 @@
 //!   per durable batch, how long each batch's log append with its fsync
 //!   took) and its checkpoints (writing the overlay into the tables);
 //! - `ds_store_read_cache_hits_total`: the local store's catch-up reads
-//!   served from its cache of recently read checkpointed bytes.
+//!   served (at least in part) from its cache of recent catch-up reads.
 
 pub mod emf;
 pub mod prometheus;

@@ -109,7 +109,7 @@ fn describe() {
     );
     describe_counter!(
         "ds_store_read_cache_hits_total",
-        "Catch-up reads of the local store served from its cache of recently read checkpointed bytes"
+        "Catch-up reads of the local store served (at least in part) from its cache of recent catch-up reads"
     );
     describe_gauge!("ds_processor_streams", "Streams a hosted processor runs on, by processor");
     describe_gauge!(

@@ -122,7 +122,7 @@ pub(crate) struct Shared {
     pub counters: Arc<Counters>,
     /// Durable writes not yet in the tables; readers look here first.
     pub overlay: Arc<RwLock<Overlay>>,
-    /// Told of every wipe once the overlay shows it.
+    /// Told of every wipe, under the overlay lock that publishes it.
     pub cache: Arc<ReadCache>,
 }
 
