@@ -103,6 +103,11 @@ if [ "${DS_BENCH_SKIP_OURS:-0}" = 1 ]; then
   say "DS_BENCH_SKIP_OURS=1: peers only"
 elif cargo metadata --no-deps --format-version 1 2>/dev/null | grep -q '"name":"durable-streams","version"'; then
   say "building our server (cargo build --release -p durable-streams)"
+  # Removed first: cargo re-links target/release/durable-streams only when
+  # it builds the package or the file is missing, so a binary another build
+  # left there (a baseline built into this target dir from another checkout)
+  # would otherwise be measured as ours.
+  rm -f "$OURS_BIN"
   cargo build --release -p durable-streams >&2
   OURS=1
 else
