@@ -264,7 +264,9 @@ async fn kill9_mid_run_loses_and_duplicates_nothing() {
     let mut bytes_checked = 0;
     for s in 0..streams {
         let url = server.url(&stream_path(s));
-        let (bytes, next) = read_all(&http, &url).await.unwrap();
+        let (bytes, next) = read_all(&http, &url)
+            .await
+            .unwrap_or_else(|e| panic!("{e}\nserver log after recovery:\n{}", server.log_tail()));
         let records = record::parse(&bytes).unwrap_or_else(|e| panic!("{}: {e}", stream_path(s)));
         bytes_checked += bytes.len();
         check_stream(s, &records, &outcomes);

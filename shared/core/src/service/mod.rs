@@ -228,6 +228,13 @@ impl StreamService {
                     (commit, publish, deleted, value, predicted)
                 }
             };
+            // A commit that changes a meta with commits in flight must keep
+            // their prediction truthful: it extends it (recorded below) or
+            // poisons it. Collected before the commit moves into the store.
+            let unpredicted: Vec<Arc<str>> = match &predicted {
+                Some(_) => Vec::new(),
+                None => commit.meta_paths().map(Arc::from).collect(),
+            };
             // Submit under the lock (so submissions are ordered), then wait for
             // durability without it, letting the next append stack on top.
             let mut pending = match self.sub.store.submit(commit).await {
@@ -238,14 +245,22 @@ impl StreamService {
                     continue;
                 }
             };
+            unpredicted.iter().for_each(|p| self.speculation.poison(p));
             // A store that applies a commit as it is submitted (memory, AWS)
             // has nothing in flight: the next plan reads the applied state,
-            // and a prediction would only be recorded and dropped again.
+            // and a prediction would only be recorded and dropped again. A
+            // commit resolved this early with predictions in flight (the
+            // local store's writer may finish a batch before this task runs
+            // again) is recorded all the same: the prediction must name the
+            // state every later submission stacks on (found by the kill -9
+            // campaign: unrecorded, the next append was planned on the older
+            // prediction and a later one passed its version check against
+            // this commit's state, at the wrong position).
             let applied = match pending.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
                 Poll::Ready(result) => Some(result),
                 Poll::Pending => None,
             };
-            let predicted = if applied.is_none() { predicted } else { None };
+            let predicted = if applied.is_none() || self.speculation.in_flight(path) { predicted } else { None };
             // A prediction is of `stream` itself (an append's next meta).
             let predicting = predicted.is_some();
             if let Some(p) = predicted {

@@ -10,6 +10,7 @@
 //! consistent reads), so nothing is acknowledged before it is durable.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::{ProducerState, StreamMeta};
@@ -28,9 +29,32 @@ struct Prediction {
 #[derive(Default)]
 pub(crate) struct Speculation {
     streams: Mutex<HashMap<Arc<str>, Prediction>>,
+    /// How many entries `streams` holds: a store that never has a commit in
+    /// flight (memory, AWS) then never takes the lock.
+    entries: AtomicUsize,
 }
 
 impl Speculation {
+    /// Whether commits to `path` are in flight with a prediction.
+    pub fn in_flight(&self, path: &str) -> bool {
+        self.entries.load(Ordering::Acquire) > 0 && self.streams.lock().is_ok_and(|map| map.contains_key(path))
+    }
+
+    /// A commit changed `path`'s meta without extending its prediction (one
+    /// that predicts nothing, e.g. a fork raising its source's reference
+    /// count): the prediction no longer names the state its version will
+    /// have, so nothing stacks on it until the pipeline drains.
+    pub fn poison(&self, path: &str) {
+        if self.entries.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        if let Ok(mut map) = self.streams.lock() {
+            if let Some(entry) = map.get_mut(path) {
+                entry.poisoned = true;
+            }
+        }
+    }
+
     /// The predicted meta of `path`, if a healthy prediction exists.
     pub fn meta(&self, path: &str) -> Option<StreamMeta> {
         let map = self.streams.lock().ok()?;
@@ -51,6 +75,17 @@ impl Speculation {
             return;
         };
         if let Some(entry) = map.get_mut(&*meta.path) {
+            // Only a commit planned on this prediction extends it (its meta is
+            // the predicted one's successor). One planned from the store while
+            // others are in flight (a consistent re-plan, or a read behind a
+            // poisoned pipeline) shares its base with one of them: it predicts
+            // the same version number for a different state, and a commit
+            // stacked on it would pass its version precondition against the
+            // other's state, at the wrong position (found by the kill -9
+            // campaign: a stream with a gap). Nothing stacks until the
+            // pipeline drains.
+            let extends = entry.meta.incarnation == meta.incarnation && meta.version == entry.meta.version + 1;
+            entry.poisoned |= !extends;
             if entry.meta.incarnation != meta.incarnation {
                 entry.producers.clear();
             }
@@ -63,6 +98,7 @@ impl Speculation {
         }
         let producers = producer.into_iter().collect();
         map.insert(meta.path.clone(), Prediction { meta, producers, in_flight: 1, poisoned: false });
+        self.entries.store(map.len(), Ordering::Release);
     }
 
     /// A submitted commit finished (`ok`: durable). The entry is dropped once
@@ -76,7 +112,73 @@ impl Speculation {
             p.poisoned |= !ok;
             if p.in_flight == 0 {
                 map.remove(path);
+                self.entries.store(map.len(), Ordering::Release);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meta(version: u64, tail: u64) -> StreamMeta {
+        StreamMeta {
+            path: "s".into(),
+            incarnation: "i".into(),
+            version,
+            content_type: "application/octet-stream".into(),
+            created_at_ms: 0,
+            tail,
+            closed: false,
+            closed_by: None,
+            ttl_secs: None,
+            expires_at_ms: None,
+            touched_at_ms: 0,
+            last_stream_seq: None,
+            fork: None,
+            ref_count: 0,
+            soft_deleted: false,
+        }
+    }
+
+    #[test]
+    fn a_commit_planned_on_the_prediction_extends_it() {
+        let spec = Speculation::default();
+        spec.submitted(meta(124, 100), None);
+        spec.submitted(meta(125, 200), None);
+        assert_eq!(spec.meta("s").map(|m| (m.version, m.tail)), Some((125, 200)));
+        spec.finished("s", true);
+        spec.finished("s", true);
+        assert!(spec.meta("s").is_none(), "dropped once nothing is in flight");
+    }
+
+    #[test]
+    fn a_meta_change_without_a_prediction_poisons_it() {
+        let spec = Speculation::default();
+        assert!(!spec.in_flight("s"));
+        spec.poison("s");
+        spec.submitted(meta(124, 100), None);
+        assert!(spec.in_flight("s"));
+        spec.poison("s");
+        assert!(spec.meta("s").is_none());
+        spec.finished("s", true);
+        assert!(!spec.in_flight("s"), "drained");
+    }
+
+    /// The interleaving the kill -9 campaign found: X (v123 -> v124, tail
+    /// 39204) in flight; Y planned from the store's v123 (v124, tail 39210);
+    /// nothing may be planned on Y's prediction, which names X's version.
+    #[test]
+    fn a_commit_planned_beside_the_prediction_poisons_it() {
+        let spec = Speculation::default();
+        spec.submitted(meta(124, 39_204), None);
+        spec.submitted(meta(124, 39_210), None);
+        assert!(spec.meta("s").is_none(), "planning goes back to the store");
+        spec.finished("s", true);
+        assert!(spec.meta("s").is_none(), "until the pipeline drains");
+        spec.finished("s", false);
+        spec.submitted(meta(125, 39_440), None);
+        assert_eq!(spec.meta("s").map(|m| m.version), Some(125), "a fresh pipeline predicts again");
     }
 }
