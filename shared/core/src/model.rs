@@ -75,6 +75,30 @@ pub struct StreamMeta {
     pub soft_deleted: bool,
 }
 
+#[cfg(test)]
+impl StreamMeta {
+    /// A bare meta for unit tests: `path` at `version`, nothing else set.
+    pub(crate) fn for_test(path: &str, incarnation: &str, version: u64) -> Self {
+        Self {
+            path: path.into(),
+            incarnation: incarnation.into(),
+            version,
+            content_type: "application/octet-stream".into(),
+            created_at_ms: 0,
+            tail: 0,
+            closed: false,
+            closed_by: None,
+            ttl_secs: None,
+            expires_at_ms: None,
+            touched_at_ms: 0,
+            last_stream_seq: None,
+            fork: None,
+            ref_count: 0,
+            soft_deleted: false,
+        }
+    }
+}
+
 impl StreamMeta {
     /// When this stream expires, if ever (epoch ms). A sliding TTL counts from
     /// the last access; an absolute expiry is fixed.

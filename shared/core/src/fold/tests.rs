@@ -27,23 +27,7 @@ fn stored(path: &str, version: u64, incarnation: &str) -> View {
 }
 
 fn meta(path: &str, incarnation: &str, version: u64) -> StreamMeta {
-    StreamMeta {
-        path: path.into(),
-        incarnation: incarnation.into(),
-        version,
-        content_type: "x".into(),
-        created_at_ms: 0,
-        tail: 0,
-        closed: false,
-        closed_by: None,
-        ttl_secs: None,
-        expires_at_ms: None,
-        touched_at_ms: 0,
-        last_stream_seq: None,
-        fork: None,
-        ref_count: 0,
-        soft_deleted: false,
-    }
+    StreamMeta::for_test(path, incarnation, version)
 }
 
 fn put(m: StreamMeta, expect: Expect) -> Op {

@@ -123,23 +123,7 @@ mod tests {
     use super::*;
 
     fn meta(version: u64, tail: u64) -> StreamMeta {
-        StreamMeta {
-            path: "s".into(),
-            incarnation: "i".into(),
-            version,
-            content_type: "application/octet-stream".into(),
-            created_at_ms: 0,
-            tail,
-            closed: false,
-            closed_by: None,
-            ttl_secs: None,
-            expires_at_ms: None,
-            touched_at_ms: 0,
-            last_stream_seq: None,
-            fork: None,
-            ref_count: 0,
-            soft_deleted: false,
-        }
+        StreamMeta { tail, ..StreamMeta::for_test("s", "i", version) }
     }
 
     #[test]
