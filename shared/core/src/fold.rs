@@ -21,7 +21,8 @@
 //!   `PutMeta { expect: Version(v) }` when the record exists with version `v`
 //!   **and** the incarnation of the meta being written (a stale writer never
 //!   resurrects a deleted incarnation over a re-created stream that happens to
-//!   reach the same version).
+//!   reach the same version); `PutMeta { expect: VersionAt { v, tail } }`
+//!   when, besides, the stored tail is `tail`.
 //! - `DeleteStream` holds when the record exists with `expect_version` and the
 //!   named incarnation. It wipes the incarnation's chunks and producer states,
 //!   including those written by earlier ops of the same commit.
@@ -52,8 +53,8 @@ use crate::{
 /// The stored state a commit's preconditions are checked against (memory
 /// and local stores implement it over their state inside the write lock).
 pub trait StateView {
-    /// `(version, incarnation)` of the stored meta record at `path`.
-    fn meta_version(&self, path: &str) -> Result<Option<(u64, Arc<str>)>, StoreError>;
+    /// Version, incarnation and tail of the stored meta record at `path`.
+    fn meta_stamp(&self, path: &str) -> Result<Option<MetaStamp>, StoreError>;
     /// Whether a stored chunk of `(path, incarnation)` overlaps `[start, end)`
     /// (`start < end`).
     fn chunk_overlaps(&self, path: &str, incarnation: &str, start: u64, end: u64) -> Result<bool, StoreError>;
@@ -61,20 +62,38 @@ pub trait StateView {
     fn record_revision(&self, path: &str, incarnation: &str, key: &str) -> Result<Option<u64>, StoreError>;
 }
 
+/// What a meta precondition is checked against: the stored record's
+/// version, incarnation and tail.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MetaStamp {
+    pub version: u64,
+    pub incarnation: Arc<str>,
+    pub tail: u64,
+}
+
+impl MetaStamp {
+    pub fn of(meta: &StreamMeta) -> Self {
+        Self { version: meta.version, incarnation: meta.incarnation.clone(), tail: meta.tail }
+    }
+}
+
 /// Precondition on a stream's stored meta record.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MetaCond {
     /// No meta record exists.
     Absent,
-    /// The record exists with this version *and* incarnation.
-    Version { version: u64, incarnation: Arc<str> },
+    /// The record exists with this version *and* incarnation, and, when
+    /// `tail` is set, this tail ([`Expect::VersionAt`]).
+    Version { version: u64, incarnation: Arc<str>, tail: Option<u64> },
 }
 
 impl MetaCond {
-    fn holds(&self, stored: Option<(u64, &str)>) -> bool {
+    fn holds(&self, stored: Option<(u64, &str, u64)>) -> bool {
         match (self, stored) {
             (Self::Absent, None) => true,
-            (Self::Version { version, incarnation }, Some((v, inc))) => *version == v && **incarnation == *inc,
+            (Self::Version { version, incarnation, tail }, Some((v, inc, t))) => {
+                *version == v && **incarnation == *inc && tail.is_none_or(|tail| tail == t)
+            }
             _ => false,
         }
     }
@@ -155,9 +174,9 @@ pub struct NetWrites {
 
 /// The record at `write`'s path as left by the ops folded so far:
 /// `(version, incarnation)` after a put, nothing after a delete.
-fn staged_state(write: &MetaWrite) -> Option<(u64, &str)> {
+fn staged_state(write: &MetaWrite) -> Option<(u64, &str, u64)> {
     match &write.effect {
-        MetaEffect::Put(meta) => Some((meta.version, &*meta.incarnation)),
+        MetaEffect::Put(meta) => Some((meta.version, &*meta.incarnation, meta.tail)),
         MetaEffect::Delete | MetaEffect::CheckOnly => None,
     }
 }
@@ -210,7 +229,12 @@ impl NetWrites {
     fn fold_put_meta(&mut self, meta: StreamMeta, expect: Expect) -> Result<(), StoreError> {
         let cond = match expect {
             Expect::Absent => MetaCond::Absent,
-            Expect::Version(version) => MetaCond::Version { version, incarnation: meta.incarnation.clone() },
+            Expect::Version(version) => {
+                MetaCond::Version { version, incarnation: meta.incarnation.clone(), tail: None }
+            }
+            Expect::VersionAt { version, tail } => {
+                MetaCond::Version { version, incarnation: meta.incarnation.clone(), tail: Some(tail) }
+            }
         };
         match self.staged(&meta.path) {
             None => {
@@ -228,7 +252,7 @@ impl NetWrites {
     }
 
     fn fold_delete(&mut self, path: Arc<str>, incarnation: Arc<str>, expect_version: u64) -> Result<(), StoreError> {
-        let cond = MetaCond::Version { version: expect_version, incarnation: incarnation.clone() };
+        let cond = MetaCond::Version { version: expect_version, incarnation: incarnation.clone(), tail: None };
         match self.staged(&path) {
             None => {
                 self.metas.push(MetaWrite { path: path.clone(), cond, effect: MetaEffect::Delete });
@@ -294,8 +318,8 @@ impl NetWrites {
     /// may be applied; call it atomically with applying them.
     pub fn check(&self, view: &impl StateView) -> Result<(), StoreError> {
         for m in &self.metas {
-            let stored = view.meta_version(&m.path)?;
-            if !m.cond.holds(stored.as_ref().map(|(v, i)| (*v, &**i))) {
+            let stored = view.meta_stamp(&m.path)?;
+            if !m.cond.holds(stored.as_ref().map(|s| (s.version, &*s.incarnation, s.tail))) {
                 return Err(StoreError::Conflict);
             }
         }

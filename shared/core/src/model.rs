@@ -150,6 +150,11 @@ pub enum Expect {
     /// share no lock: a writer still holding a deleted stream's meta must not
     /// overwrite a re-created stream that happens to reach the same version.
     Version(u64),
+    /// As [`Expect::Version`], and the stored tail is `tail`. Appends carry
+    /// it: an append names the position its bytes land at, so a commit planned
+    /// on a state that was never stored (a stale prediction that happens to
+    /// share the stored version) fails instead of leaving a gap.
+    VersionAt { version: u64, tail: u64 },
 }
 
 /// A small keyed record of one stream incarnation, for what is built on a

@@ -120,7 +120,7 @@ pub trait StreamStore: Send + Sync + 'static {
     /// The meta record for *planning a mutation*. A substrate may serve it
     /// from a per-process cache (AWS: a warm append then costs one DynamoDB
     /// call, the commit), because the core only trusts such a read when the
-    /// commit built from it succeeds: the commit's `Expect::Version` fails on
+    /// commit built from it succeeds: the commit's `Expect::Version`/`VersionAt` fails on
     /// a stale cache, and every outcome that writes nothing (a duplicate, an
     /// error) is re-planned with [`Self::read_meta`] before it is answered.
     /// A substrate that caches must refresh or drop its cached entry when a

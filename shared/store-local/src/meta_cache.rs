@@ -118,7 +118,7 @@ mod tests {
         let delete = NetWrites {
             metas: vec![MetaWrite {
                 path: "a".into(),
-                cond: MetaCond::Version { version: 2, incarnation: "i".into() },
+                cond: MetaCond::Version { version: 2, incarnation: "i".into(), tail: None },
                 effect: MetaEffect::Delete,
             }],
             ..NetWrites::default()

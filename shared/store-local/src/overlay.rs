@@ -29,10 +29,9 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Bound;
-use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
-use ds_core::fold::{MetaEffect, NetWrites, StateView};
+use ds_core::fold::{MetaEffect, MetaStamp, NetWrites, StateView};
 use ds_core::{Chunk, ProducerState, Record, StoreError, StreamMeta, JOINED_CHUNK_TARGET};
 
 use crate::tables::{ReadTables, WriteTables};
@@ -398,13 +397,13 @@ impl Layers<'_> {
 }
 
 impl StateView for Layers<'_> {
-    fn meta_version(&self, path: &str) -> Result<Option<(u64, Arc<str>)>, StoreError> {
+    fn meta_stamp(&self, path: &str) -> Result<Option<MetaStamp>, StoreError> {
         for layer in self.upper {
             if let Found::Here(meta) = layer.meta(path) {
-                return Ok(meta.map(|m| (m.version, m.incarnation.clone())));
+                return Ok(meta.map(MetaStamp::of));
             }
         }
-        self.tables.meta_version(path)
+        self.tables.meta_stamp(path)
     }
 
     fn chunk_overlaps(&self, path: &str, incarnation: &str, start: u64, end: u64) -> Result<bool, StoreError> {

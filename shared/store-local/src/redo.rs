@@ -307,7 +307,7 @@ mod tests {
         a.wiped.push(("s/a".into(), "inc-0".into()));
         a.metas.push(MetaWrite {
             path: "s/a".into(),
-            cond: MetaCond::Version { version: 2, incarnation: "inc-1".into() },
+            cond: MetaCond::Version { version: 2, incarnation: "inc-1".into(), tail: Some(40) },
             effect: MetaEffect::Put(Box::new(meta("s/a"))),
         });
         a.metas.push(MetaWrite { path: "s/gone".into(), cond: MetaCond::Absent, effect: MetaEffect::CheckOnly });

@@ -14,10 +14,9 @@
 //! on open.
 
 use std::ops::Bound;
-use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
-use ds_core::fold::{MetaEffect, NetWrites, StateView};
+use ds_core::fold::{MetaEffect, MetaStamp, NetWrites, StateView};
 use ds_core::{Chunk, ProducerState, Record, StoreError, StreamMeta};
 use redb::{ReadOnlyTable, ReadableTable, ReadableTableMetadata, Table, TableDefinition, WriteTransaction};
 
@@ -449,8 +448,8 @@ impl ReadTables {
 }
 
 impl StateView for ReadTables {
-    fn meta_version(&self, path: &str) -> Result<Option<(u64, Arc<str>)>, StoreError> {
-        Ok(get_meta(&self.meta, path)?.map(|m| (m.version, m.incarnation)))
+    fn meta_stamp(&self, path: &str) -> Result<Option<MetaStamp>, StoreError> {
+        Ok(get_meta(&self.meta, path)?.map(|m| MetaStamp::of(&m)))
     }
 
     fn record_revision(&self, path: &str, incarnation: &str, key: &str) -> Result<Option<u64>, StoreError> {

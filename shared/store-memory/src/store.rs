@@ -14,7 +14,7 @@ use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use async_trait::async_trait;
 use bytes::{Bytes, BytesMut};
-use ds_core::fold::{MetaEffect, NetWrites, StateView};
+use ds_core::fold::{MetaEffect, MetaStamp, NetWrites, StateView};
 use ds_core::read_cache::{ReadCache, ADMIT_ASSEMBLED};
 use ds_core::{Chunk, Commit, ProducerState, Record, StoreError, StreamHandle, StreamMeta, StreamStore};
 
@@ -93,8 +93,8 @@ impl State {
 }
 
 impl StateView for State {
-    fn meta_version(&self, path: &str) -> Result<Option<(u64, Arc<str>)>, StoreError> {
-        Ok(self.metas.get(path).map(|m| (m.version, m.incarnation.clone())))
+    fn meta_stamp(&self, path: &str) -> Result<Option<MetaStamp>, StoreError> {
+        Ok(self.metas.get(path).map(MetaStamp::of))
     }
 
     fn chunk_overlaps(&self, path: &str, incarnation: &str, start: u64, end: u64) -> Result<bool, StoreError> {

@@ -57,7 +57,8 @@ pub fn append_commit(meta: &StreamMeta, data: &Bytes, producer: Option<(&str, Pr
     next.tail += data.len() as u64;
     next.touched_at_ms = now_ms().max(meta.touched_at_ms);
     let mut commit = Commit::new();
-    commit.push(Op::PutMeta { meta: next.clone(), expect: Expect::Version(meta.version) });
+    commit
+        .push(Op::PutMeta { meta: next.clone(), expect: Expect::VersionAt { version: meta.version, tail: meta.tail } });
     commit.push(Op::PutChunk {
         path: meta.path.clone(),
         incarnation: meta.incarnation.clone(),

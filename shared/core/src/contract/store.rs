@@ -3,7 +3,7 @@
 
 use bytes::Bytes;
 
-use super::fixtures::{append, create, new_meta, read_all, unique_path};
+use super::fixtures::{append, append_commit, create, new_meta, read_all, unique_path};
 use super::SubstrateFactory;
 use crate::{Chunk, Commit, Expect, Op, ProducerState, StoreError};
 
@@ -21,7 +21,8 @@ pub async fn create_expect_absent(f: &dyn SubstrateFactory) {
 }
 
 /// `Expect::Version`: the current version commits; a stale one, or any version
-/// on an absent path, conflicts and writes nothing.
+/// on an absent path, conflicts and writes nothing. `Expect::VersionAt` also
+/// needs the stored tail.
 pub async fn expect_version(f: &dyn SubstrateFactory) {
     let s = f.instance().await;
     let path = unique_path("expect-version");
@@ -37,7 +38,21 @@ pub async fn expect_version(f: &dyn SubstrateFactory) {
     stale.closed = true;
     let stale_commit = Commit { ops: vec![Op::PutMeta { meta: stale, expect: Expect::Version(0) }] };
     assert!(matches!(s.store.commit(stale_commit).await, Err(StoreError::Conflict)));
-    assert_eq!(s.store.read_meta(&s.registry.enter(&path)).await.expect("read_meta"), Some(v1));
+    assert_eq!(s.store.read_meta(&s.registry.enter(&path)).await.expect("read_meta"), Some(v1.clone()));
+
+    // `Expect::VersionAt`: an append planned on a state that was never stored
+    // (the stored version, another tail: a prediction that missed a commit)
+    // conflicts, so its bytes never land past a hole.
+    let mut phantom = v1.clone();
+    phantom.tail += 6;
+    let (gap, _) = append_commit(&phantom, &Bytes::from_static(b"lost"), None);
+    assert!(matches!(s.store.commit(gap).await, Err(StoreError::Conflict)), "an append past the tail must conflict");
+    assert_eq!(s.store.read_meta(&s.registry.enter(&path)).await.expect("read_meta"), Some(v1.clone()));
+    let (fits, v2) = append_commit(&v1, &Bytes::from_static(b"kept"), None);
+    s.store.commit(fits).await.expect("an append at the stored tail commits");
+    assert_eq!(s.store.read_meta(&s.registry.enter(&path)).await.expect("read_meta"), Some(v2));
+    let chunks = read_all(&s, &path, &v1.incarnation, 16).await;
+    assert_eq!(chunks, vec![Chunk { start: 0, data: Bytes::from_static(b"kept") }], "only the fitting append's bytes");
 
     let missing = unique_path("expect-version-missing");
     let mut ghost = new_meta(&missing);

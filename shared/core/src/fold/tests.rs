@@ -10,9 +10,12 @@ use crate::{Chunk, Record, RecordExpect};
 #[derive(Default)]
 struct View(HashMap<String, (u64, String)>, Vec<(String, String, u64, u64)>, HashMap<(String, String, String), u64>);
 
+/// Every stored meta of a [`View`] has this tail.
+const STORED_TAIL: u64 = 40;
+
 impl StateView for View {
-    fn meta_version(&self, path: &str) -> Result<Option<(u64, Arc<str>)>, StoreError> {
-        Ok(self.0.get(path).map(|(v, i)| (*v, Arc::from(i.as_str()))))
+    fn meta_stamp(&self, path: &str) -> Result<Option<MetaStamp>, StoreError> {
+        Ok(self.0.get(path).map(|(v, i)| MetaStamp { version: *v, incarnation: i.as_str().into(), tail: STORED_TAIL }))
     }
     fn chunk_overlaps(&self, p: &str, i: &str, start: u64, end: u64) -> Result<bool, StoreError> {
         Ok(self.1.iter().any(|(cp, ci, s, e)| cp == p && ci == i && *s < end && start < *e))
@@ -71,11 +74,29 @@ fn version_expectations_are_per_incarnation() {
 }
 
 #[test]
+fn an_append_expects_the_stored_tail_too() {
+    let view = stored("a", 3, "i");
+    let at = |tail| Expect::VersionAt { version: 3, tail };
+    assert!(applies(&view, vec![put(meta("a", "i", 4), at(STORED_TAIL))]));
+    // Same version, other tail: planned on a state that was never stored.
+    assert!(!applies(&view, vec![put(meta("a", "i", 4), at(STORED_TAIL + 6))]));
+    assert!(!applies(&view, vec![put(meta("a", "j", 4), at(STORED_TAIL))]));
+    // Within one commit, against the tail the earlier op wrote.
+    let mut first = meta("a", "i", 4);
+    first.tail = 50;
+    let stacked = |tail| {
+        vec![put(first.clone(), at(STORED_TAIL)), put(meta("a", "i", 5), Expect::VersionAt { version: 4, tail })]
+    };
+    assert!(applies(&view, stacked(50)));
+    assert!(!applies(&view, stacked(44)));
+}
+
+#[test]
 fn delete_then_create_folds_into_one_conditional_put() {
     let w = NetWrites::fold(Commit { ops: vec![delete("a", "old", 4), put(meta("a", "new", 0), Expect::Absent)] })
         .expect("folds");
     assert_eq!(w.metas.len(), 1);
-    assert_eq!(w.metas[0].cond, MetaCond::Version { version: 4, incarnation: "old".into() });
+    assert_eq!(w.metas[0].cond, MetaCond::Version { version: 4, incarnation: "old".into(), tail: None });
     assert!(matches!(&w.metas[0].effect, MetaEffect::Put(m) if &*m.incarnation == "new"));
     assert_eq!(w.wiped, vec![(Arc::from("a"), Arc::from("old"))]);
     assert!(w.check(&stored("a", 4, "old")).is_ok());

@@ -161,7 +161,12 @@ impl StreamService {
                 req.producer.as_ref().map(|p| ProducerTriple { id: p.id.clone(), epoch: p.epoch, seq: p.seq });
         }
         let mut commit = Commit::new();
-        commit.push(Op::PutMeta { meta: next.clone(), expect: Expect::Version(meta.version) });
+        // The tail too: bytes land at `meta.tail`, so a plan on a state that was
+        // never stored (same version, other tail) must fail, not leave a gap.
+        commit.push(Op::PutMeta {
+            meta: next.clone(),
+            expect: Expect::VersionAt { version: meta.version, tail: meta.tail },
+        });
         if !data.is_empty() {
             commit.push(Op::PutChunk {
                 path: meta.path.clone(),

@@ -3,9 +3,11 @@
 //! group commit) without waiting for the previous one to become durable.
 //!
 //! Safety rests on the commit precondition, not on this cache: an append
-//! planned on a prediction carries `Expect::Version(predicted)`, which holds
-//! only if every commit it was stacked on was applied first (the store
-//! applies submissions in order). Outcomes that write nothing are never
+//! planned on a prediction carries `Expect::VersionAt` (the predicted version
+//! and tail), which holds only if every commit it was stacked on was applied
+//! first (the store applies submissions in order), and never against a state
+//! the prediction missed: the tail names where the bytes land, so a stale
+//! prediction fails its commit instead of leaving a gap. Outcomes that write nothing are never
 //! answered from a prediction (`StreamService::mutate` re-plans them with
 //! consistent reads), so nothing is acknowledged before it is durable.
 
