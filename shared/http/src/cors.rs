@@ -35,7 +35,10 @@ impl Cors {
     /// The `Access-Control-Allow-Origin` value for a request's `Origin`.
     pub(crate) fn allow_origin(&self, origin: Option<&HeaderValue>) -> Option<HeaderValue> {
         match self {
-            Self::AnyOrigin => Some(HeaderValue::from_static("*")),
+            Self::AnyOrigin => {
+                const ANY: HeaderValue = HeaderValue::from_static("*");
+                Some(ANY)
+            }
             Self::Origins(list) => origin.filter(|o| list.contains(o)).cloned(),
         }
     }

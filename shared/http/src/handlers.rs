@@ -202,7 +202,8 @@ async fn head(app: AppState, path: String) -> ApiResult {
     if let Some(at) = meta.expires_at_ms {
         set(headers, h::STREAM_EXPIRES_AT, format_rfc3339_ms(at));
     }
-    set(headers, "cache-control", "no-store");
+    const NO_STORE: HeaderValue = HeaderValue::from_static("no-store");
+    headers.insert(header::CACHE_CONTROL, NO_STORE);
     Ok(resp)
 }
 

@@ -2,7 +2,7 @@
 //! preflight; run by [`crate::edge`].
 
 use axum::extract::Request;
-use axum::http::{HeaderValue, StatusCode};
+use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 
 use crate::cors::Cors;
@@ -11,15 +11,22 @@ use crate::headers::{name, EXPOSED};
 /// Add the headers every response carries. `allow_origin`: what
 /// [`Cors::allow_origin`] said for the request's `Origin`.
 pub(crate) fn decorate(resp: &mut Response, cors: &Cors, allow_origin: Option<HeaderValue>) {
+    // Names and values are constants: every response pays for these, and a
+    // `&str` name or `from_static` value outside a const is parsed each time
+    // (the exposed-headers list is ~400 bytes).
+    const NOSNIFF: HeaderValue = HeaderValue::from_static("nosniff");
+    const CROSS_ORIGIN: HeaderValue = HeaderValue::from_static("cross-origin");
+    const ORIGIN: HeaderValue = HeaderValue::from_static("origin");
+    const EXPOSED_VALUE: HeaderValue = HeaderValue::from_static(EXPOSED);
     let h = resp.headers_mut();
-    h.insert(name::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
-    h.insert(name::CROSS_ORIGIN_RESOURCE_POLICY, HeaderValue::from_static("cross-origin"));
+    h.insert(name::X_CONTENT_TYPE_OPTIONS, NOSNIFF);
+    h.insert(name::CROSS_ORIGIN_RESOURCE_POLICY, CROSS_ORIGIN);
     if cors.varies() {
-        h.append(http::header::VARY, HeaderValue::from_static("origin"));
+        h.append(header::VARY, ORIGIN);
     }
     if let Some(origin) = allow_origin {
-        h.insert("access-control-allow-origin", origin);
-        h.insert("access-control-expose-headers", HeaderValue::from_static(EXPOSED));
+        h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin);
+        h.insert(header::ACCESS_CONTROL_EXPOSE_HEADERS, EXPOSED_VALUE);
     }
 }
 
