@@ -173,7 +173,7 @@ pub struct NetWrites {
 }
 
 /// The record at `write`'s path as left by the ops folded so far:
-/// `(version, incarnation)` after a put, nothing after a delete.
+/// `(version, incarnation, tail)` after a put, nothing after a delete.
 fn staged_state(write: &MetaWrite) -> Option<(u64, &str, u64)> {
     match &write.effect {
         MetaEffect::Put(meta) => Some((meta.version, &*meta.incarnation, meta.tail)),

@@ -40,16 +40,17 @@ fn meta_condition(cond: &MetaCond) -> Cond {
     use crate::schema::meta_attr as m;
     match cond {
         MetaCond::Absent => ("attribute_not_exists(#pk)".into(), names(&[("#pk", PK)]), None),
-        MetaCond::Version { version, incarnation, tail: None } => (
-            "#ver = :ver AND #inc = :inc".into(),
-            names(&[("#ver", m::VERSION), ("#inc", m::INCARNATION)]),
-            Some(values(vec![(":ver", n(version)), (":inc", s(&**incarnation))])),
-        ),
-        MetaCond::Version { version, incarnation, tail: Some(tail) } => (
-            "#ver = :ver AND #inc = :inc AND #tail = :tail".into(),
-            names(&[("#ver", m::VERSION), ("#inc", m::INCARNATION), ("#tail", m::TAIL)]),
-            Some(values(vec![(":ver", n(version)), (":inc", s(&**incarnation)), (":tail", n(tail))])),
-        ),
+        MetaCond::Version { version, incarnation, tail } => {
+            let mut expr = String::from("#ver = :ver AND #inc = :inc");
+            let mut nm = names(&[("#ver", m::VERSION), ("#inc", m::INCARNATION)]);
+            let mut vals = values(vec![(":ver", n(version)), (":inc", s(&**incarnation))]);
+            if let Some(tail) = tail {
+                expr.push_str(" AND #tail = :tail");
+                nm.insert("#tail".into(), m::TAIL.into());
+                vals.insert(":tail".into(), n(tail));
+            }
+            (expr, nm, Some(vals))
+        }
     }
 }
 

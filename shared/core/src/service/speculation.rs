@@ -7,8 +7,8 @@
 //! and tail), which holds only if every commit it was stacked on was applied
 //! first (the store applies submissions in order), and never against a state
 //! the prediction missed: the tail names where the bytes land, so a stale
-//! prediction fails its commit instead of leaving a gap. Outcomes that write nothing are never
-//! answered from a prediction (`StreamService::mutate` re-plans them with
+//! prediction fails its commit instead of leaving a gap. Outcomes that write
+//! nothing are never answered from a prediction (`StreamService::mutate` re-plans them with
 //! consistent reads), so nothing is acknowledged before it is durable.
 
 use std::collections::HashMap;
