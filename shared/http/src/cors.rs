@@ -1,6 +1,6 @@
 //! Which browser origins may read responses (CORS).
 
-use axum::http::HeaderValue;
+use axum::http::{HeaderValue, Method};
 
 /// The allowed origins. Any origin (`*`) is the default without access
 /// control; with access control a host should list its web origins.
@@ -47,6 +47,32 @@ impl Cors {
     pub(crate) fn varies(&self) -> bool {
         matches!(self, Self::Origins(_))
     }
+
+    /// The CORS headers a response to `method` with this `Origin` carries.
+    ///
+    /// The exposed-headers list (~370 bytes, three times a 100-byte append's
+    /// payload) is only read by a browser, and a browser's cross-origin
+    /// request always carries `Origin`; so a write answered to a client that
+    /// sent none goes without it. Reads keep it always: a shared cache may
+    /// store a read fetched without `Origin` and serve it to a browser, and
+    /// under `*` nothing tells the cache to key on `Origin`.
+    pub(crate) fn answer(&self, method: &Method, origin: Option<&HeaderValue>) -> CorsAnswer {
+        let allow_origin = self.allow_origin(origin);
+        let cacheable = method == Method::GET || method == Method::HEAD;
+        let expose = allow_origin.is_some() && (origin.is_some() || cacheable);
+        CorsAnswer { allow_origin, expose, vary: self.varies() }
+    }
+}
+
+/// What [`Cors::answer`] decided for one request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct CorsAnswer {
+    /// `Access-Control-Allow-Origin`, if the origin may read the response.
+    pub allow_origin: Option<HeaderValue>,
+    /// Whether to list the protocol's headers in `Access-Control-Expose-Headers`.
+    pub expose: bool,
+    /// Whether to add `Vary: Origin`.
+    pub vary: bool,
 }
 
 #[cfg(test)]
@@ -65,5 +91,25 @@ mod tests {
         assert_eq!(Cors::parse("").unwrap(), Cors::Origins(Vec::new()));
         assert!(Cors::parse("a.example").is_err());
         assert!(Cors::parse("https://a.example/").is_err());
+    }
+
+    #[test]
+    fn writes_without_an_origin_go_without_the_exposed_headers_list() {
+        let origin = HeaderValue::from_static("https://a.example");
+        let any = Cors::AnyOrigin;
+        let star = Some(HeaderValue::from_static("*"));
+        for m in [Method::POST, Method::PUT, Method::DELETE] {
+            let a = any.answer(&m, None);
+            assert_eq!((a.allow_origin.clone(), a.expose, a.vary), (star.clone(), false, false), "{m}");
+            assert!(any.answer(&m, Some(&origin)).expose, "{m} from a browser");
+        }
+        for m in [Method::GET, Method::HEAD] {
+            assert!(any.answer(&m, None).expose, "{m}: a cache may serve it to a browser");
+        }
+        let listed = Cors::parse("https://a.example").unwrap();
+        let a = listed.answer(&Method::GET, Some(&origin));
+        assert_eq!((a.allow_origin, a.expose, a.vary), (Some(origin.clone()), true, true));
+        let other = listed.answer(&Method::GET, Some(&HeaderValue::from_static("https://b.example")));
+        assert_eq!((other.allow_origin, other.expose, other.vary), (None, false, true));
     }
 }

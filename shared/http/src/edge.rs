@@ -65,7 +65,7 @@ where
         let start = Instant::now();
         let class: Option<Class> = (self.edge.metrics.is_some() || self.edge.access.is_some())
             .then(|| classify(req.method(), req.uri(), req.headers(), self.edge.access.is_some()));
-        let allow_origin = self.edge.cors.allow_origin(req.headers().get(http::header::ORIGIN));
+        let cors = self.edge.cors.answer(req.method(), req.headers().get(http::header::ORIGIN));
         let observed = match (&self.edge.metrics, &class) {
             (Some(m), Some(class)) => Some(metrics::Observation::begin(m.clone(), class, &req, start)),
             _ => None,
@@ -96,14 +96,13 @@ where
                 _ => Answer::Route(inner.call(req)),
             }
         };
-        let cors = self.edge.cors.clone();
         Box::pin(async move {
             let mut resp = match answer {
                 Answer::Now(resp) => resp,
                 Answer::Route(run) => run.await.unwrap_or_else(|e| match e {}),
                 Answer::AfterAccess(run) => run.await,
             };
-            layers::decorate(&mut resp, &cors, allow_origin);
+            layers::decorate(&mut resp, cors);
             Ok(match (observed, bytes_in) {
                 (Some(o), Some(n)) => o.finish(resp, n),
                 _ => resp,

@@ -5,12 +5,12 @@ use axum::extract::Request;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 
-use crate::cors::Cors;
+use crate::cors::CorsAnswer;
 use crate::headers::{name, EXPOSED};
 
-/// Add the headers every response carries. `allow_origin`: what
-/// [`Cors::allow_origin`] said for the request's `Origin`.
-pub(crate) fn decorate(resp: &mut Response, cors: &Cors, allow_origin: Option<HeaderValue>) {
+/// Add the headers every response carries, and the CORS headers
+/// [`crate::cors::Cors::answer`] chose for the request.
+pub(crate) fn decorate(resp: &mut Response, cors: CorsAnswer) {
     // Names and values are constants: every response pays for these, and a
     // `&str` name or `from_static` value outside a const is parsed each time
     // (the exposed-headers list is ~400 bytes).
@@ -21,11 +21,13 @@ pub(crate) fn decorate(resp: &mut Response, cors: &Cors, allow_origin: Option<He
     let h = resp.headers_mut();
     h.insert(name::X_CONTENT_TYPE_OPTIONS, NOSNIFF);
     h.insert(name::CROSS_ORIGIN_RESOURCE_POLICY, CROSS_ORIGIN);
-    if cors.varies() {
+    if cors.vary {
         h.append(header::VARY, ORIGIN);
     }
-    if let Some(origin) = allow_origin {
+    if let Some(origin) = cors.allow_origin {
         h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin);
+    }
+    if cors.expose {
         h.insert(header::ACCESS_CONTROL_EXPOSE_HEADERS, EXPOSED_VALUE);
     }
 }

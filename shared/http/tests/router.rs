@@ -228,3 +228,20 @@ async fn a_public_url_is_the_base_of_location_urls() {
     let r = call(&plain, "PUT", "/v1/stream/a", &[("host", "internal:1")], b"").await;
     assert_eq!(r.header("location"), Some("http://internal:1/v1/stream/a"), "without it: the request's host");
 }
+
+#[tokio::test]
+async fn append_acks_list_the_exposed_headers_only_for_browsers() {
+    const EXPOSE: &str = "access-control-expose-headers";
+    let a = default_app();
+    call(&a, "PUT", "/v1/stream/c", &[TEXT], b"").await;
+    let plain = call(&a, "POST", "/v1/stream/c", &[TEXT], b"x").await;
+    assert_eq!(plain.status, StatusCode::NO_CONTENT);
+    assert_eq!(plain.header("access-control-allow-origin"), Some("*"));
+    assert_eq!(plain.header(EXPOSE), None, "no Origin: no browser to read the list");
+    let browser = call(&a, "POST", "/v1/stream/c", &[TEXT, ("origin", "https://app.example")], b"y").await;
+    assert!(browser.header(EXPOSE).unwrap().contains("stream-next-offset"));
+    // A read may be cached and served to a browser later: always listed.
+    let read = call(&a, "GET", "/v1/stream/c?offset=-1", &[], b"").await;
+    assert!(read.header(EXPOSE).unwrap().contains("stream-next-offset"));
+    assert_eq!(read.body, b"xy");
+}
