@@ -82,9 +82,12 @@ impl PrometheusMetrics {
 /// Histogram samples queue in the recorder until a scrape or an upkeep
 /// drains them into buckets: without this thread, a server nobody scrapes
 /// keeps every latency sample it ever took (the soak grew by ~50 B per
-/// request). A plain thread, so it runs whatever the runtime.
+/// request). A plain thread, so it runs whatever the runtime. Every second:
+/// the queue holds 8 B per sample until drained, 2 MB at 50,000 requests a
+/// second over 5 s (heaptrack saw 0.28 MB queued at the end of P4's 10,000
+/// creations), and a drain costs the same per sample either way.
 fn spawn_upkeep(handle: PrometheusHandle) -> std::io::Result<()> {
-    const EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+    const EVERY: std::time::Duration = std::time::Duration::from_secs(1);
     std::thread::Builder::new().name("metrics-upkeep".into()).spawn(move || loop {
         std::thread::sleep(EVERY);
         handle.run_upkeep();

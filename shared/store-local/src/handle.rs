@@ -65,9 +65,18 @@ impl DbHandle {
     }
 }
 
-/// redb's page cache: its default is 1 GiB per process, a bound far above
-/// what a streaming server should hold for pages the OS caches anyway.
-pub(crate) const CACHE_BYTES: usize = 32 * 1024 * 1024;
+/// redb's page cache (its default is 1 GiB). Kept small because it is a
+/// second copy of pages the kernel's page cache holds anyway, and the hot
+/// paths do not go through it: a live stream's tail is in the overlay, the
+/// metas of streams being written are in the committed-meta cache, and a
+/// repeated catch-up is in the read cache. What it spares is a `pread` of a
+/// cold page. The B-tree pages hold ~650 B per stream (half full, as keys
+/// land between existing ones), so a 32 MiB cache had grown by that much per
+/// idle stream up to 50,000 streams. P4 at 10,000 streams: 1,093 B per
+/// stream before, 422 B with 1 MiB (and the overlay's smaller bound), P1,
+/// P2 and P7 unchanged (bench/results/2026-12-03-p4-ab.md); a 256 KiB
+/// cache cost 15% of the create rate (P7).
+pub(crate) const CACHE_BYTES: usize = 1024 * 1024;
 
 /// Open (creating if needed) the database file with this store's settings.
 pub(crate) fn create_database(file: &std::path::Path) -> Result<Database, redb::DatabaseError> {

@@ -121,6 +121,9 @@ impl PathEntry {
         match self.incarnations.iter().position(|i| i.id == id) {
             Some(at) => &mut self.incarnations[at],
             None => {
+                // Nearly every stream has one incarnation in the overlay; a
+                // pushed-to empty Vec would reserve four (~600 B a stream).
+                self.incarnations.reserve_exact(1);
                 self.incarnations.push(Incarnation { id: id.to_owned(), ..Default::default() });
                 let last = self.incarnations.len() - 1;
                 &mut self.incarnations[last]

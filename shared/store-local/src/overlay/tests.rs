@@ -162,3 +162,19 @@ fn listings_merge_in_path_order_with_deletions_hidden() {
     let listed = merge_listing(lower, o.metas_after("", None, 3), 3);
     assert_eq!(listed.iter().map(|m| &*m.path).collect::<Vec<_>>(), vec!["a", "b", "d"]);
 }
+
+#[test]
+fn a_stream_with_one_incarnation_reserves_one_slot() {
+    // P4 (bytes per idle stream) counts every slot: a default-grown Vec
+    // reserved four incarnations per stream in the overlay.
+    let mut o = Overlay::default();
+    o.apply(&chunk("a", "i", 0, b"x"));
+    o.absorb({
+        let mut later = Overlay::default();
+        later.apply(&chunk("b", "j", 0, b"y"));
+        later
+    });
+    for path in ["a", "b"] {
+        assert_eq!(o.paths[path].incarnations.capacity(), 1, "{path}");
+    }
+}
