@@ -38,13 +38,18 @@ eval "$("$ROOT/infra/aws-emulator/start.sh" --port 0 --dir "$EMU_DIR")"
 while IFS= read -r line; do
   case "$line" in *=*) export "${line?}" ;; esac
 done < <("$ROOT/infra/aws-emulator/create-resources")
+# The processor function's queues and revival schedule group (DS_PROCESSOR_*).
+VPY="$("$ROOT/infra/aws-emulator/start.sh" --install-only | tail -n 1)"
+while IFS= read -r line; do
+  case "$line" in *=*) export "${line?}" ;; esac
+done < <("$VPY" "$ROOT/infra/deploy/emulator_tool.py" processor-resources)
 
 printf '\n## Lambda package: zip size and init time\n\n'
 printf 'Zips from `infra/build-lambda.sh` (Cargo profile `lambda`: opt-level s, fat LTO, 1 codegen unit, stripped; AWS SDK without default features). Init = spawn of `bootstrap` → its first `GET /runtime/invocation/next` on a stand-in Runtime API on 127.0.0.1 (ds-load lambda-init), with the AWS clients pointed at the local emulator; every start then answers one event and must answer it correctly. Lambda adds its own sandbox start on top. Goals: zip ≤ 8 MB, init ≤ 50 ms. Machine load average at the start: %s.\n\n' \
   "$(cut -d' ' -f1-3 /proc/loadavg | sed 's/ /, /g')"
 echo "| function | zip (MB) | bootstrap (MB) | init median (ms) | min–max (ms) | starts | first event |"
 echo "|---|---:|---:|---:|---:|---:|---|"
-for f in lambda-http:http lambda-alarm:alarm; do
+for f in lambda-http:http lambda-alarm:alarm lambda-processor:processor; do
   name="${f%%:*}"; probe="${f##*:}"
   zip="$ZIPS/$name/bootstrap.zip"
   [ -s "$zip" ] || { say "missing $zip"; exit 1; }

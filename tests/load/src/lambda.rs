@@ -80,6 +80,10 @@ pub enum Probe {
     /// lambda-alarm: an expiry alarm for a stream that does not exist; must
     /// succeed (nothing to delete).
     Alarm,
+    /// lambda-processor: a DynamoDB Stream batch of one chunk insert (a
+    /// doorbell) of a stream that does not exist; must answer with no
+    /// batch item failures.
+    Processor,
 }
 
 impl Probe {
@@ -102,6 +106,19 @@ impl Probe {
             })
             .to_string(),
             Probe::Alarm => serde_json::json!({ "path": path, "incarnation": "none", "at_ms": 0 }).to_string(),
+            Probe::Processor => serde_json::json!({ "Records": [{
+                "eventID": "1", "eventName": "INSERT", "eventVersion": "1.1", "eventSource": "aws:dynamodb",
+                "awsRegion": "us-east-1",
+                "eventSourceARN": "arn:aws:dynamodb:us-east-1:000000000000:table/durable-streams/stream/probe",
+                "dynamodb": {
+                    // The store's key layout: pk `stream#<path>`, chunk sk
+                    // `c#<incarnation>#<end as 16 hex digits>`.
+                    "Keys": { "pk": { "S": format!("stream#{path}") }, "sk": { "S": "c#none#0000000000000005" } },
+                    "NewImage": { "start": { "N": "0" }, "data": { "B": "aGVsbG8=" } },
+                    "SequenceNumber": format!("{}", i + 1), "StreamViewType": "NEW_AND_OLD_IMAGES"
+                }
+            }]})
+            .to_string(),
         }
     }
 
@@ -121,6 +138,13 @@ impl Probe {
                 Ok(())
             }
             Probe::Alarm => Ok(()),
+            Probe::Processor => {
+                let answer: serde_json::Value = serde_json::from_slice(body).context("batch response")?;
+                match answer["batchItemFailures"].as_array() {
+                    Some(failures) if failures.is_empty() => Ok(()),
+                    _ => bail!("the batch answered {answer} (expected no batchItemFailures)"),
+                }
+            }
         }
     }
 }
@@ -182,4 +206,19 @@ pub async fn init_times(bootstrap: &Path, probe: Probe, runs: usize, log: &Path)
     }
     server.abort();
     Ok(times)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_processor_probe_accepts_only_a_batch_without_failures() {
+        assert!(Probe::Processor.check(br#"{"batchItemFailures":[]}"#).is_ok());
+        assert!(Probe::Processor.check(br#"{"batchItemFailures":[{"itemIdentifier":"1"}]}"#).is_err());
+        assert!(Probe::Processor.check(br#"{}"#).is_err());
+        let event: serde_json::Value = serde_json::from_str(&Probe::Processor.event(3)).expect("json");
+        assert_eq!(event["Records"][0]["eventSource"], "aws:dynamodb");
+        assert_eq!(event["Records"][0]["dynamodb"]["SequenceNumber"], "4");
+    }
 }
