@@ -18,3 +18,4 @@
 
 pub mod emf;
 pub mod prometheus;
+mod registry;

@@ -7,7 +7,8 @@ use std::sync::{Arc, OnceLock, PoisonError, RwLock};
 
 use ds_http::{Exchange, Metrics};
 use metrics::{Counter, Histogram};
-use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+use crate::registry::Registry;
 
 /// Seconds: 100 µs to 60 s (SSE and long-poll heads wait for data).
 const LATENCY_BUCKETS: &[f64] = &[
@@ -20,7 +21,7 @@ const BATCH_BUCKETS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256
 pub type ScrapeHook = Box<dyn Fn() + Send + Sync>;
 
 pub struct PrometheusMetrics {
-    handle: PrometheusHandle,
+    registry: Arc<Registry>,
     hooks: Vec<ScrapeHook>,
     series: RwLock<HashMap<(&'static str, u16), Series>>,
 }
@@ -67,32 +68,21 @@ impl PrometheusMetrics {
     /// Installs the process-wide recorder (once per process: a second call
     /// fails).
     pub fn install(hooks: Vec<ScrapeHook>) -> Result<Arc<Self>, String> {
-        let handle = PrometheusBuilder::new()
-            .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), LATENCY_BUCKETS)
-            .and_then(|b| b.set_buckets_for_metric(Matcher::Full("ds_store_commit_batch_size".into()), BATCH_BUCKETS))
-            .map_err(|e| e.to_string())?
-            .install_recorder()
-            .map_err(|e| e.to_string())?;
-        spawn_upkeep(handle.clone()).map_err(|e| format!("starting the metrics upkeep thread: {e}"))?;
+        let registry = Arc::new(Registry::new(buckets_for));
+        metrics::set_global_recorder(Arc::clone(&registry)).map_err(|e| e.to_string())?;
         describe();
-        Ok(Arc::new(Self { handle, hooks, series: RwLock::default() }))
+        Ok(Arc::new(Self { registry, hooks, series: RwLock::default() }))
     }
 }
 
-/// Histogram samples queue in the recorder until a scrape or an upkeep
-/// drains them into buckets: without this thread, a server nobody scrapes
-/// keeps every latency sample it ever took (the soak grew by ~50 B per
-/// request). A plain thread, so it runs whatever the runtime. Every second:
-/// the queue holds 8 B per sample until drained, 2 MB at 50,000 requests a
-/// second over 5 s (heaptrack saw 0.28 MB queued at the end of P4's 10,000
-/// creations), and a drain costs the same per sample either way.
-fn spawn_upkeep(handle: PrometheusHandle) -> std::io::Result<()> {
-    const EVERY: std::time::Duration = std::time::Duration::from_secs(1);
-    std::thread::Builder::new().name("metrics-upkeep".into()).spawn(move || loop {
-        std::thread::sleep(EVERY);
-        handle.run_upkeep();
-    })?;
-    Ok(())
+/// Latency buckets for every `*_seconds` histogram, commit batch sizes for
+/// the batch histogram; anything else gets the latency buckets too.
+fn buckets_for(name: &str) -> &'static [f64] {
+    if name == "ds_store_commit_batch_size" {
+        BATCH_BUCKETS
+    } else {
+        LATENCY_BUCKETS
+    }
 }
 
 fn describe() {
@@ -164,7 +154,7 @@ impl Metrics for PrometheusMetrics {
         for hook in &self.hooks {
             hook();
         }
-        Some(self.handle.render())
+        Some(self.registry.render())
     }
 }
 
