@@ -18,7 +18,7 @@ use ds_core::fold::{MetaEffect, MetaStamp, NetWrites, StateView};
 use ds_core::read_cache::{ReadCache, ADMIT_ASSEMBLED};
 use ds_core::{Chunk, Commit, ProducerState, Record, StoreError, StreamHandle, StreamMeta, StreamStore};
 
-use crate::chunks::Chunks;
+use crate::chunks::{Chunks, Row};
 
 /// Chunks and producers of one `(path, incarnation)`.
 #[derive(Default)]
@@ -152,7 +152,7 @@ impl MemoryStore {
             }
             let lo = usize::try_from(pos - start).ok()?;
             let hi = usize::try_from(end.min(until) - start).ok()?;
-            out.extend_from_slice(&bytes[lo..hi]);
+            out.extend_from_slice(&bytes.bytes()[lo..hi]);
             pos = end.min(until);
         }
         (pos == until).then(|| out.freeze())
@@ -280,7 +280,7 @@ impl StreamStore for MemoryStore {
 
 /// Collect chunks in order until their total length reaches `max_bytes`,
 /// always keeping the first one (the [`StreamStore::read_chunks`] budget rule).
-fn take_until_budget<'a>(chunks: impl Iterator<Item = &'a (u64, Bytes)>, max_bytes: usize) -> Vec<Chunk> {
+fn take_until_budget<'a>(chunks: impl Iterator<Item = &'a (u64, Row)>, max_bytes: usize) -> Vec<Chunk> {
     let mut out = Vec::new();
     let mut total = 0usize;
     for (start, data) in chunks {
@@ -288,7 +288,7 @@ fn take_until_budget<'a>(chunks: impl Iterator<Item = &'a (u64, Bytes)>, max_byt
             break;
         }
         total = total.saturating_add(data.len());
-        out.push(Chunk { start: *start, data: data.clone() });
+        out.push(Chunk { start: *start, data: data.to_bytes() });
     }
     out
 }
