@@ -7,7 +7,10 @@
 //!
 //! No-missed-wake-up invariant: a subscription holds the stream's context, so
 //! every later `publish` for that path reaches the very channel it watches, and
-//! `watch` remembers an unseen publish until `changed` looks at it.
+//! `watch` remembers an unseen publish until `changed` looks at it. The
+//! channel is created by the first subscription (a publish with no channel has
+//! no reader to wake and skips it): a reader creates it before it reads the
+//! store, so a commit its read missed publishes after the channel exists.
 
 use std::sync::Arc;
 
@@ -31,18 +34,23 @@ impl InProcHub {
 
 impl StreamHub for InProcHub {
     fn publish(&self, path: &str, signal: TailSignal) {
-        // No live context means no subscriber: nobody to wake.
+        // No live context, or a context no reader ever subscribed to (no
+        // channel): nobody to wake.
         let Some(ctx) = self.registry.existing(path) else {
+            return;
+        };
+        let Some(signal_tx) = ctx.signal.get() else {
             return;
         };
         // With no receiver, keep the value but skip the version bump and the
         // wake-up (eight `Notify` locks in tokio's watch, shared by every
         // writer of the stream). No wake-up is lost: a reader subscribes,
         // then reads the store; if its read missed this commit, its
-        // subscription preceded the commit (ordered by the store's lock,
-        // which the commit released before this publish), so it is counted.
-        let waiting = ctx.signal.receiver_count() > 0;
-        ctx.signal.send_if_modified(|current| {
+        // subscription (and the channel's creation) preceded the commit
+        // (ordered by the store's lock, which the commit released before this
+        // publish), so it is counted.
+        let waiting = signal_tx.receiver_count() > 0;
+        signal_tx.send_if_modified(|current| {
             merge(current, signal);
             waiting
         });
@@ -51,7 +59,7 @@ impl StreamHub for InProcHub {
     fn subscribe(&self, stream: &StreamHandle) -> Box<dyn HubSubscription> {
         let ctx = self.registry.context_of(stream);
         // A new receiver has seen the current value: only later publishes wake it.
-        let rx = ctx.signal.subscribe();
+        let rx = ctx.signal.get_or_init(|| watch::Sender::new(None)).subscribe();
         Box::new(InProcSubscription { rx, _ctx: ctx })
     }
 }
@@ -117,15 +125,35 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_publish_nobody_waits_for_is_kept_and_the_next_reader_is_woken() {
+    async fn a_publish_before_any_reader_builds_no_channel_and_the_next_reader_is_woken() {
         let registry = Arc::new(InProcRegistry::new());
         let hub = InProcHub::new(Arc::clone(&registry));
         let held = registry.enter("p");
         hub.publish("p", sig("a", 5));
         let ctx = registry.existing("p").unwrap();
-        assert_eq!(*ctx.signal.borrow(), Some(sig("a", 5)), "the value is kept");
+        assert!(ctx.signal.get().is_none(), "no reader, no channel");
         let mut sub = hub.subscribe(&held);
         hub.publish("p", sig("a", 9));
+        let deadline = Instant::now() + std::time::Duration::from_secs(5);
+        assert!(sub.changed(&sig("a", 5), deadline).await);
+    }
+
+    #[tokio::test]
+    async fn a_publish_while_the_reader_is_away_is_kept_for_its_next_look() {
+        // A reader subscribed once (the channel exists) and stopped watching;
+        // the writer keeps the merged value without waking anyone, and a
+        // reader that subscribes again is woken by the next news only.
+        let registry = Arc::new(InProcRegistry::new());
+        let hub = InProcHub::new(Arc::clone(&registry));
+        let held = registry.enter("p");
+        drop(hub.subscribe(&held));
+        hub.publish("p", sig("a", 5));
+        let ctx = registry.existing("p").unwrap();
+        assert_eq!(ctx.signal.get().map(|tx| tx.borrow().clone()), Some(Some(sig("a", 5))));
+        let mut sub = hub.subscribe(&held);
+        let soon = Instant::now() + std::time::Duration::from_millis(50);
+        assert!(!sub.changed(&sig("a", 5), soon).await, "nothing new since it subscribed");
+        hub.publish("p", sig("a", 7));
         let deadline = Instant::now() + std::time::Duration::from_secs(5);
         assert!(sub.changed(&sig("a", 5), deadline).await);
     }

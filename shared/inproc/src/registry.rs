@@ -12,7 +12,7 @@
 //! exclusive and the no-missed-wake-up rule of the hub hold.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 
 use ds_core::{StreamHandle, StreamRegistry, TailSignal};
 use tokio::sync::watch;
@@ -27,8 +27,13 @@ pub(crate) struct StreamContext {
     map: Weak<Mutex<ContextMap>>,
     /// The critical-section lock ([`crate::InProcMutex`]).
     pub(crate) lock: Arc<tokio::sync::Mutex<()>>,
-    /// Latest published signal, merged per incarnation ([`crate::InProcHub`]).
-    pub(crate) signal: watch::Sender<Option<TailSignal>>,
+    /// Latest published signal, merged per incarnation ([`crate::InProcHub`]);
+    /// created by the first live reader. Why lazily: a context is built and
+    /// dropped per request on a stream nobody reads live, and a `watch`
+    /// channel is an allocation of eight `Notify`s that its sender's drop
+    /// notifies one by one: 2.3% of a 100 B append's instructions (callgrind,
+    /// memory store: 35,343 → 34,536) for a channel no one would ever watch.
+    pub(crate) signal: OnceLock<watch::Sender<Option<TailSignal>>>,
 }
 
 impl Drop for StreamContext {
@@ -75,7 +80,7 @@ impl InProcRegistry {
             path: Arc::clone(&path),
             map: Arc::downgrade(&self.map),
             lock: Arc::new(tokio::sync::Mutex::new(())),
-            signal: watch::Sender::new(None),
+            signal: OnceLock::new(),
         });
         map.insert(path, Arc::downgrade(&ctx));
         ctx
