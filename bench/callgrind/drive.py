@@ -62,12 +62,12 @@ def main():
     c = Conn(port)
     ct = ("content-type: application/octet-stream",)
     status, _ = c.exchange(request("PUT", "/v1/stream/bench", headers=ct))
-    assert status == 201, status
+    assert 200 <= status < 300, status
     append = request("POST", "/v1/stream/bench", RECORD, ct)
     appends = n if workload == "append" else RECORDS
     for _ in range(appends):
         status, _ = c.exchange(append)
-        assert status == 204, status
+        assert 200 <= status < 300, status
     if workload == "catchup":
         read = request("GET", "/v1/stream/bench?offset=-1")
         for _ in range(n):

@@ -10,6 +10,13 @@
 # the workload, and prints the instructions per request (the slope: start-up,
 # set-up and shutdown cancel out). Assumes `cargo build --profile profiling
 # -p durable-streams` was run. Output files: callgrind.out.<workload>.<n>.
+#
+# DS_CALLGRIND_SERVER runs another server instead (a peer, for the same count
+# on the same requests): a command with {port} and {dir} (a fresh empty
+# directory per run), e.g.
+#   DS_CALLGRIND_SERVER="$HOME/.cache/ds-bench/cargo-ds/bin/durable-streams-server
+#     --host 127.0.0.1 --port {port} --data-dir {dir} --durability memory"
+# Its worker threads are its own (TOKIO_WORKER_THREADS is still set).
 set -euo pipefail
 WORKLOAD="${1:?usage: run.sh append|catchup N1 N2 [out-dir]}"
 N1="${2:?N1}"; N2="${3:?N2}"
@@ -26,11 +33,19 @@ measure() {
   port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()')"
   # One worker thread: fewer cross-thread wake-ups, whose number depends on
   # timing (the machine's load), in the count.
+  local cmd=("$BIN" serve --bind "127.0.0.1:$port" --store memory)
+  if [ -n "${DS_CALLGRIND_SERVER:-}" ]; then
+    local dir="$OUT/data.$WORKLOAD.$n"
+    rm -rf "$dir" && mkdir -p "$dir"
+    local line="${DS_CALLGRIND_SERVER//\{port\}/$port}"
+    read -r -a cmd <<<"${line//\{dir\}/$dir}"
+  fi
   TOKIO_WORKER_THREADS=1 valgrind --tool=callgrind --callgrind-out-file="$file" \
-    "$BIN" serve --bind "127.0.0.1:$port" --store memory >"$OUT/server.$WORKLOAD.$n.log" 2>&1 &
+    "${cmd[@]}" >"$OUT/server.$WORKLOAD.$n.log" 2>&1 &
   pid=$!
+  # Ready when it answers HTTP at all (a peer need not have /health).
   for _ in $(seq 1 600); do
-    curl -fs "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
+    curl -s -o /dev/null "http://127.0.0.1:$port/" 2>/dev/null && break
     sleep 0.1
   done
   python3 "$ROOT/bench/callgrind/drive.py" "$port" "$WORKLOAD" "$n"

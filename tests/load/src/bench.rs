@@ -185,7 +185,7 @@ async fn measure(base: &str, prefix: &str, pid: Option<u32>, p: &Params, workloa
             let meter = CpuMeter::start(&pids);
             let outcomes = match w {
                 "p4" => memory::run(&client, &p, pid).await,
-                "p1" => append::run(&client, &p).await,
+                "p1" => append::run(&client, &p, pid).await,
                 "p7" => create::run(&client, &p).await,
                 "p2" => read::run(&client, &p).await,
                 _ => live::run(&client, &p).await,

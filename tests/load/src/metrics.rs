@@ -6,6 +6,9 @@ pub enum Metric {
     P1OneStreamC1,
     P1OneStreamC64,
     P1ManyStreams,
+    P1CpuOneStreamC1,
+    P1CpuOneStreamC64,
+    P1CpuManyStreams,
     P2ReadMbps,
     P2Responses,
     P3LongPollP50,
@@ -28,10 +31,13 @@ pub struct Info {
 }
 
 impl Metric {
-    pub const ALL: [Metric; 14] = [
+    pub const ALL: [Metric; 17] = [
         Metric::P1OneStreamC1,
         Metric::P1OneStreamC64,
         Metric::P1ManyStreams,
+        Metric::P1CpuOneStreamC1,
+        Metric::P1CpuOneStreamC64,
+        Metric::P1CpuManyStreams,
         Metric::P2ReadMbps,
         Metric::P2Responses,
         Metric::P3LongPollP50,
@@ -50,6 +56,9 @@ impl Metric {
             Metric::P1OneStreamC1 => ("P1 append throughput, 1 stream, concurrency 1", "appends/s", true, 0),
             Metric::P1OneStreamC64 => ("P1 append throughput, 1 stream, concurrency 64", "appends/s", true, 0),
             Metric::P1ManyStreams => ("P1 append throughput, 64 streams × 1 writer", "appends/s", true, 0),
+            Metric::P1CpuOneStreamC1 => ("P1 server CPU per append, 1 stream, concurrency 1", "µs/append", false, 1),
+            Metric::P1CpuOneStreamC64 => ("P1 server CPU per append, 1 stream, concurrency 64", "µs/append", false, 1),
+            Metric::P1CpuManyStreams => ("P1 server CPU per append, 64 streams × 1 writer", "µs/append", false, 1),
             Metric::P2ReadMbps => ("P2 catch-up read, 10,000 × 100 B from the start", "MB/s", true, 1),
             Metric::P2Responses => ("P2 responses needed to catch up", "responses", false, 0),
             Metric::P3LongPollP50 => ("P3 live wake latency, long-poll, p50", "µs", false, 0),
@@ -68,7 +77,12 @@ impl Metric {
     /// The workload (p1..p6) that produces this metric.
     pub fn workload(self) -> &'static str {
         match self {
-            Metric::P1OneStreamC1 | Metric::P1OneStreamC64 | Metric::P1ManyStreams => "p1",
+            Metric::P1OneStreamC1
+            | Metric::P1OneStreamC64
+            | Metric::P1ManyStreams
+            | Metric::P1CpuOneStreamC1
+            | Metric::P1CpuOneStreamC64
+            | Metric::P1CpuManyStreams => "p1",
             Metric::P2ReadMbps | Metric::P2Responses => "p2",
             Metric::P3LongPollP50 | Metric::P3LongPollP99 | Metric::P3SseP50 | Metric::P3SseP99 => "p3",
             Metric::P4RssPerStream => "p4",

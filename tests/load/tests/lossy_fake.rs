@@ -134,7 +134,7 @@ async fn library_check_names_the_loss() {
     let base = start_fake(true).await;
     let client = ds_load::client::Client::new(ds_load::client::Target::new(&base, "/v1/stream")).expect("client");
     // Four writers for 1 s: thousands of appends, so many are dropped.
-    let r = ds_load::workloads::append::throughput(&client, "lib", 1, 4, std::time::Duration::from_secs(1)).await;
+    let r = ds_load::workloads::append::throughput(&client, "lib", 1, 4, std::time::Duration::from_secs(1), None).await;
     let err = format!("{:#}", r.expect_err("lossy server must fail verification"));
     assert!(err.contains("data lost"), "{err}");
 }

@@ -1,26 +1,59 @@
 //! P1: append throughput with 100-byte POSTs (driven by `raw`), then a full
-//! read-back check.
+//! read-back check; with the server's PID, also the server's CPU time per
+//! acknowledged append during the timed run.
+//!
+//! Why the CPU figure: on the 2-core bench machine the load tool and the
+//! server share the cores, so the fastest servers' throughput is capped by
+//! the tool (the cells the report marks load-bound) and the rates stop
+//! telling the servers apart. The CPU each append costs the server (user +
+//! system, from `/proc/<pid>/stat`) does not depend on that ceiling.
 
 use super::{fail_all, Outcome, Params};
 use crate::client::{Client, BINARY};
+use crate::cpu::process_cpu_secs;
 use crate::metrics::Metric;
 use crate::raw::{self, Reply, Template};
 use crate::record::{record, verify};
 use anyhow::{bail, Result};
 use std::time::Duration;
 
-pub async fn run(client: &Client, p: &Params) -> Vec<Outcome> {
+pub async fn run(client: &Client, p: &Params, pid: Option<u32>) -> Vec<Outcome> {
     let c = p.p1_concurrency;
-    let cases = [(Metric::P1OneStreamC1, 1, 1), (Metric::P1OneStreamC64, 1, c), (Metric::P1ManyStreams, c, c)];
+    let cases = [
+        (Metric::P1OneStreamC1, Metric::P1CpuOneStreamC1, 1, 1),
+        (Metric::P1OneStreamC64, Metric::P1CpuOneStreamC64, 1, c),
+        (Metric::P1ManyStreams, Metric::P1CpuManyStreams, c, c),
+    ];
     let mut out = Vec::new();
-    for (metric, streams, writers) in cases {
+    for (metric, cpu_metric, streams, writers) in cases {
         let tag = format!("{}-p1-{streams}x{writers}", p.tag);
-        match throughput(client, &tag, streams, writers, p.p1_duration).await {
-            Ok(v) => out.push((metric, Ok(v))),
-            Err(e) => out.extend(fail_all(&[metric], &e)),
+        match throughput(client, &tag, streams, writers, p.p1_duration, pid).await {
+            Ok(t) => {
+                out.push((metric, Ok(t.rate)));
+                if let Some(us) = t.server_cpu_us {
+                    out.push((cpu_metric, Ok(us)));
+                }
+            }
+            Err(e) => out.extend(fail_all(&[metric, cpu_metric], &e)),
         }
     }
     out
+}
+
+/// What one throughput run measured.
+#[derive(Debug, Clone, Copy)]
+pub struct Throughput {
+    /// Acknowledged appends per second.
+    pub rate: f64,
+    /// The server's CPU time (user + system) per acknowledged append, in
+    /// µs, over the timed part of the run; None without the server's PID.
+    pub server_cpu_us: Option<f64>,
+}
+
+/// CPU µs per append from the server's CPU seconds before and after `appends`.
+fn cpu_per_append_us(before: Option<f64>, after: Option<f64>, appends: u64) -> Option<f64> {
+    let (before, after) = (before?, after?);
+    (appends > 0).then(|| (after - before).max(0.0) * 1e6 / appends as f64)
 }
 
 /// Placeholder sequence number whose digits `raw::Template` patches.
@@ -56,7 +89,14 @@ fn appended(r: &Reply) -> Result<()> {
 /// keep-alive connection each, append until `duration` has passed; returns
 /// acknowledged appends per second after checking that every stream holds
 /// exactly the acknowledged records, each once, in each writer's order.
-pub async fn throughput(client: &Client, tag: &str, streams: usize, writers: usize, duration: Duration) -> Result<f64> {
+pub async fn throughput(
+    client: &Client,
+    tag: &str,
+    streams: usize,
+    writers: usize,
+    duration: Duration,
+    pid: Option<u32>,
+) -> Result<Throughput> {
     let names: Vec<String> = (0..streams).map(|s| format!("{tag}-{s}")).collect();
     for n in &names {
         client.create(n, BINARY, None).await?;
@@ -64,14 +104,17 @@ pub async fn throughput(client: &Client, tag: &str, streams: usize, writers: usi
     let addr = raw::socket_addr(&client.target.base)?;
     let host = addr.to_string();
     let t = templates(&host, &client.target.prefix, tag, streams, writers)?;
+    let cpu_before = pid.and_then(process_cpu_secs);
     let run = raw::drive(addr, t, duration, load_threads(), appended).await?;
+    let cpu_after = pid.and_then(process_cpu_secs);
     for (s, name) in names.iter().enumerate() {
         // Acknowledged counts of this stream's writers, by local index.
         let mine: Vec<u64> = run.acked.iter().skip(s).step_by(streams).copied().collect();
         let read = client.read_all(name).await?;
         verify(&read.body, &mine).map_err(|e| e.context(format!("stream {name}")))?;
     }
-    Ok(run.rate())
+    let server_cpu_us = cpu_per_append_us(cpu_before, cpu_after, run.acked.iter().sum());
+    Ok(Throughput { rate: run.rate(), server_cpu_us })
 }
 
 /// OS threads of the raw driver (`DS_LOAD_THREADS`, default 2: on the
@@ -79,4 +122,20 @@ pub async fn throughput(client: &Client, tag: &str, streams: usize, writers: usi
 /// sink, where one thread fell short at 64 connections).
 pub fn load_threads() -> usize {
     std::env::var("DS_LOAD_THREADS").ok().and_then(|v| v.parse().ok()).filter(|&n| n >= 1).unwrap_or(2)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cpu_per_append_us;
+
+    #[test]
+    fn cpu_per_append_is_the_cpu_difference_over_the_appends() {
+        assert_eq!(cpu_per_append_us(Some(1.0), Some(1.5), 50_000), Some(10.0));
+        // No PID, no reading, or nothing acknowledged: no figure.
+        assert_eq!(cpu_per_append_us(None, Some(1.5), 10), None);
+        assert_eq!(cpu_per_append_us(Some(1.0), None, 10), None);
+        assert_eq!(cpu_per_append_us(Some(1.0), Some(2.0), 0), None);
+        // Tick rounding never gives a negative cost.
+        assert_eq!(cpu_per_append_us(Some(2.0), Some(1.99), 10), Some(0.0));
+    }
 }
