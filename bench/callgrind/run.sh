@@ -31,8 +31,6 @@ measure() {
   local n="$1" port pid file
   file="$OUT/callgrind.out.$WORKLOAD.$n"
   port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()')"
-  # One worker thread: fewer cross-thread wake-ups, whose number depends on
-  # timing (the machine's load), in the count.
   local cmd=("$BIN" serve --bind "127.0.0.1:$port" --store memory)
   if [ -n "${DS_CALLGRIND_SERVER:-}" ]; then
     local dir="$OUT/data.$WORKLOAD.$n"
@@ -40,6 +38,8 @@ measure() {
     local line="${DS_CALLGRIND_SERVER//\{port\}/$port}"
     read -r -a cmd <<<"${line//\{dir\}/$dir}"
   fi
+  # One worker thread: fewer cross-thread wake-ups, whose number depends on
+  # timing (the machine's load), in the count.
   TOKIO_WORKER_THREADS=1 valgrind --tool=callgrind --callgrind-out-file="$file" \
     "${cmd[@]}" >"$OUT/server.$WORKLOAD.$n.log" 2>&1 &
   pid=$!

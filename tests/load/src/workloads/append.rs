@@ -87,8 +87,9 @@ fn appended(r: &Reply) -> Result<()> {
 
 /// `writers` sequential writers (writer w on stream w % streams), one
 /// keep-alive connection each, append until `duration` has passed; returns
-/// acknowledged appends per second after checking that every stream holds
-/// exactly the acknowledged records, each once, in each writer's order.
+/// acknowledged appends per second (and, given the server's `pid`, its CPU
+/// per append) after checking that every stream holds exactly the
+/// acknowledged records, each once, in each writer's order.
 pub async fn throughput(
     client: &Client,
     tag: &str,
