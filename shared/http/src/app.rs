@@ -1,7 +1,7 @@
-//! [`App`]: the whole HTTP surface as one clonable tower service — tracing
-//! outermost, then the [`crate::edge`], then the [`crate::dispatch`]. The
-//! local server serves it directly; [`crate::router_with`] wraps it in an
-//! axum `Router` for hosts that want one (the Lambda function, tests).
+//! [`App`]: the whole HTTP surface as one clonable tower service — the
+//! [`crate::edge`], then the [`crate::dispatch`]. The local server serves it
+//! directly; [`crate::router_with`] wraps it in an axum `Router` for hosts
+//! that want one (the Lambda function, tests).
 //!
 //! Served directly, an append skips the router's own per-request work
 //! (its boxed clone of the fallback service, boxed future, and the
@@ -11,19 +11,14 @@
 use std::convert::Infallible;
 use std::task::{Context, Poll};
 
-use axum::body::Body;
 use axum::extract::Request;
 use axum::response::Response;
-use futures::future::{FutureExt, Map};
 use tower::Service;
-use tower_http::classify::{ServerErrorsAsFailures, SharedClassifier};
-use tower_http::trace::Trace;
 
 use crate::dispatch::Dispatch;
 use crate::edge::EdgeService;
 
-type Inner = Trace<EdgeService<Dispatch>, SharedClassifier<ServerErrorsAsFailures>>;
-type InnerResult = Result<<Inner as Service<Request>>::Response, Infallible>;
+type Inner = EdgeService<Dispatch>;
 
 /// The protocol's HTTP service (see the module docs); built by
 /// [`crate::app_with`].
@@ -41,17 +36,13 @@ impl App {
 impl Service<Request> for App {
     type Response = Response;
     type Error = Infallible;
-    type Future = Map<<Inner as Service<Request>>::Future, fn(InnerResult) -> Result<Response, Infallible>>;
+    type Future = <Inner as Service<Request>>::Future;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
         self.inner.poll_ready(cx)
     }
 
     fn call(&mut self, req: Request) -> Self::Future {
-        self.inner.call(req).map(answered as fn(_) -> _)
+        self.inner.call(req)
     }
-}
-
-fn answered(result: InnerResult) -> Result<Response, Infallible> {
-    result.map(|resp| resp.map(Body::new))
 }

@@ -1,12 +1,16 @@
-//! The edge of the router: one tower layer around every route that
-//! classifies the request once ([`crate::classify`]) and then, in order,
-//! counts it for metrics, answers CORS preflight, checks access, runs the
-//! route, and adds the headers every response carries.
+//! The edge of the router: one tower layer around every route that opens
+//! the request's tracing span, classifies the request once
+//! ([`crate::classify`]) and then, in order, counts it for metrics, answers
+//! CORS preflight, checks access, runs the route, adds the headers every
+//! response carries, and logs a server error.
 //!
 //! One layer rather than three `axum::middleware::from_fn` layers: each of
 //! those cloned the router and boxed its own future per request, and two of
 //! them classified the request again — a cost every append paid, and memory
-//! every held long-poll and SSE connection kept for its whole wait.
+//! every held long-poll and SSE connection kept for its whole wait. The span
+//! is opened here too, not by `tower_http`'s trace layer: that layer wrapped
+//! the future and the response body once more, and the body in another box
+//! (callgrind, memory store: 34,522 → 33,437 instructions per 100 B append).
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -19,6 +23,7 @@ use axum::response::Response;
 use ds_auth::Authenticator;
 use futures::future::BoxFuture;
 use tower::{Layer, Service};
+use tracing::Instrument;
 
 use crate::classify::{classify, Class};
 use crate::cors::Cors;
@@ -63,6 +68,9 @@ where
 
     fn call(&mut self, req: Request) -> Self::Future {
         let start = Instant::now();
+        // Debug level, as `tower_http`'s trace layer had it: off by default,
+        // and then one check of a cached interest per request.
+        let span = tracing::debug_span!("request", method = %req.method(), uri = %req.uri(), version = ?req.version());
         let class: Option<Class> = (self.edge.metrics.is_some() || self.edge.access.is_some())
             .then(|| classify(req.method(), req.uri(), req.headers(), self.edge.access.is_some()));
         let cors = self.edge.cors.answer(req.method(), req.headers().get(http::header::ORIGIN));
@@ -96,18 +104,24 @@ where
                 _ => Answer::Route(inner.call(req)),
             }
         };
-        Box::pin(async move {
-            let mut resp = match answer {
-                Answer::Now(resp) => resp,
-                Answer::Route(run) => run.await.unwrap_or_else(|e| match e {}),
-                Answer::AfterAccess(run) => run.await,
-            };
-            layers::decorate(&mut resp, cors);
-            Ok(match (observed, bytes_in) {
-                (Some(o), Some(n)) => o.finish(resp, n),
-                _ => resp,
-            })
-        })
+        Box::pin(
+            async move {
+                let mut resp = match answer {
+                    Answer::Now(resp) => resp,
+                    Answer::Route(run) => run.await.unwrap_or_else(|e| match e {}),
+                    Answer::AfterAccess(run) => run.await,
+                };
+                layers::decorate(&mut resp, cors);
+                if resp.status().is_server_error() {
+                    tracing::error!(status = resp.status().as_u16(), latency = ?start.elapsed(), "response failed");
+                }
+                Ok(match (observed, bytes_in) {
+                    (Some(o), Some(n)) => o.finish(resp, n),
+                    _ => resp,
+                })
+            }
+            .instrument(span),
+        )
     }
 }
 

@@ -137,9 +137,9 @@ pub fn router_with(service: StreamService, cfg: HttpConfig, ops: Operations) -> 
 }
 
 /// The protocol's HTTP service with access control, CORS, metrics and
-/// health as configured. Layers, outermost first: tracing, metrics (so
+/// health as configured. The edge, outermost: the tracing span, metrics (so
 /// refused requests are counted), security and CORS headers (so a browser
-/// can read a `401`), access control, the routes.
+/// can read a `401`), access control; then the routes.
 pub fn app_with(service: StreamService, cfg: HttpConfig, ops: Operations) -> App {
     let health = Arc::new(health::Health::new(ops.store_name, service.substrate().store.clone()));
     let live = live::LiveReaders::new(cfg.max_live_readers);
@@ -164,7 +164,6 @@ pub fn app_with(service: StreamService, cfg: HttpConfig, ops: Operations) -> App
     // The layers wrap the dispatch once, not each route (see `dispatch`).
     App::new(
         tower::ServiceBuilder::new()
-            .layer(tower_http::trace::TraceLayer::new_for_http())
             .layer(edge::Edge { cors: Arc::new(ops.cors), access: ops.access, metrics: ops.metrics })
             .service(dispatch::Dispatch { streams: state, others }),
     )
