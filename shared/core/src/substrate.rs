@@ -210,14 +210,43 @@ pub type PendingCommit = futures::future::BoxFuture<'static, Result<(), StoreErr
 /// Held while a stream's critical section runs; dropping it releases the lock.
 #[must_use = "dropping the guard releases the stream's lock"]
 pub struct StreamGuard {
-    _held: Box<dyn Send>,
+    held: Held,
+}
+
+enum Held {
+    /// Dropped with the guard.
+    Owned(#[allow(dead_code)] Box<dyn Send>),
+    /// Released, then dropped, with the guard.
+    Shared(Arc<dyn Release>),
+}
+
+/// A lock whose state is already shared (say, in the stream's context):
+/// [`StreamGuard::releasing`] holds a reference to it instead of a boxed
+/// permit, an allocation fewer per critical section.
+pub trait Release: Send + Sync + 'static {
+    /// Give back the lock this guard held.
+    fn release(&self);
 }
 
 impl StreamGuard {
     /// A guard that holds `held` (the substrate's permit and whatever must
     /// outlive it) until dropped.
     pub fn new(held: impl Send + 'static) -> Self {
-        Self { _held: Box::new(held) }
+        Self { held: Held::Owned(Box::new(held)) }
+    }
+
+    /// A guard for a lock already taken: dropping it calls
+    /// [`Release::release`] once, then drops `lock`.
+    pub fn releasing(lock: Arc<dyn Release>) -> Self {
+        Self { held: Held::Shared(lock) }
+    }
+}
+
+impl Drop for StreamGuard {
+    fn drop(&mut self) {
+        if let Held::Shared(lock) = &self.held {
+            lock.release();
+        }
     }
 }
 
@@ -231,6 +260,14 @@ impl StreamGuard {
 #[async_trait]
 pub trait StreamMutex: Send + Sync + 'static {
     async fn lock(&self, stream: &StreamHandle) -> StreamGuard;
+
+    /// The guard at once if the lock is free and nobody waits for it,
+    /// else `None` (then [`Self::lock`] queues). Same invariants as `lock`;
+    /// it lets an uncontended critical section skip `lock`'s boxed future.
+    /// A substrate whose lock always waits on something answers `None`.
+    fn try_lock(&self, _stream: &StreamHandle) -> Option<StreamGuard> {
+        None
+    }
 }
 
 /// Wakes the live readers (long-poll, SSE) of a stream.

@@ -14,7 +14,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 
-use ds_core::{StreamHandle, StreamRegistry, TailSignal};
+use ds_core::{Release, StreamHandle, StreamRegistry, TailSignal};
 use tokio::sync::watch;
 
 type ContextMap = HashMap<Arc<str>, Weak<StreamContext>>;
@@ -25,8 +25,10 @@ pub(crate) struct StreamContext {
     /// (a context is created and dropped per request on an idle stream).
     path: Arc<str>,
     map: Weak<Mutex<ContextMap>>,
-    /// The critical-section lock ([`crate::InProcMutex`]).
-    pub(crate) lock: Arc<tokio::sync::Mutex<()>>,
+    /// The critical-section lock ([`crate::InProcMutex`]): one permit, in
+    /// the context itself (no allocation of its own), released through
+    /// [`Release`] by the guard that holds the context. Never closed.
+    pub(crate) lock: tokio::sync::Semaphore,
     /// Latest published signal, merged per incarnation ([`crate::InProcHub`]);
     /// created by the first live reader. Why lazily: a context is built and
     /// dropped per request on a stream nobody reads live, and a `watch`
@@ -44,9 +46,18 @@ impl Drop for StreamContext {
         let mut map = lock_map(&map);
         // Another context for the same path may already have replaced ours
         // (created after our last strong reference went away): keep that one.
-        if map.get(&*self.path).is_some_and(|w| w.strong_count() == 0) {
-            map.remove(&*self.path);
+        // Removed, then put back in that rare case: one lookup, not two.
+        if let Some((path, entry)) = map.remove_entry(&*self.path) {
+            if entry.strong_count() > 0 {
+                map.insert(path, entry);
+            }
         }
+    }
+}
+
+impl Release for StreamContext {
+    fn release(&self) {
+        self.lock.add_permits(1);
     }
 }
 
@@ -79,7 +90,7 @@ impl InProcRegistry {
         let ctx = Arc::new(StreamContext {
             path: Arc::clone(&path),
             map: Arc::downgrade(&self.map),
-            lock: Arc::new(tokio::sync::Mutex::new(())),
+            lock: tokio::sync::Semaphore::new(1),
             signal: OnceLock::new(),
         });
         map.insert(path, Arc::downgrade(&ctx));
@@ -130,6 +141,26 @@ mod tests {
         assert_eq!(registry.live_contexts(), 1);
         assert!(registry.existing("a").is_none());
         assert_eq!(lock_map(&registry.map).len(), 1, "evicted entries leave the map");
+    }
+
+    #[test]
+    fn a_dropped_context_leaves_the_one_that_replaced_it() {
+        let registry = InProcRegistry::new();
+        let old = registry.context("a");
+        // What a caller does between `old`'s last reference going and its
+        // drop taking the map lock: a new context for the path, in the map.
+        let new = Arc::new(StreamContext {
+            path: Arc::from("a"),
+            map: Arc::downgrade(&registry.map),
+            lock: tokio::sync::Semaphore::new(1),
+            signal: OnceLock::new(),
+        });
+        lock_map(&registry.map).insert(Arc::from("a"), Arc::downgrade(&new));
+        drop(old);
+        let found = registry.existing("a").expect("a context for the path");
+        assert!(Arc::ptr_eq(&found, &new), "the replacement stays in the map");
+        drop((found, new));
+        assert_eq!(lock_map(&registry.map).len(), 0, "and leaves it when dropped in turn");
     }
 
     #[test]

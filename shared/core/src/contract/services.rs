@@ -64,18 +64,25 @@ pub async fn hub_deadline(f: &dyn SubstrateFactory) {
     assert!(Instant::now() < deadline + WAKE_WITHIN, "promptly at the deadline");
 }
 
-/// Within one instance, two guards for the same path are never held at once;
-/// a held guard does not block other paths.
+/// Within one instance, two guards for the same path are never held at once,
+/// whether taken by `lock` or `try_lock`; a held guard does not block other
+/// paths.
 pub async fn mutex_serializes(f: &dyn SubstrateFactory) {
     let s = f.instance().await;
     let path = unique_path("mutex");
     let inside = Arc::new(AtomicUsize::new(0));
     let mut tasks = Vec::new();
-    for _ in 0..16 {
+    for task in 0..16 {
         let (s, path, inside) = (s.clone(), path.clone(), Arc::clone(&inside));
         tasks.push(tokio::spawn(async move {
             for _ in 0..5 {
-                let _guard = s.mutex.lock(&s.registry.enter(&path)).await;
+                let stream = s.registry.enter(&path);
+                // Half the tasks try first, as the core does.
+                let tried = if task % 2 == 0 { s.mutex.try_lock(&stream) } else { None };
+                let _guard = match tried {
+                    Some(guard) => guard,
+                    None => s.mutex.lock(&stream).await,
+                };
                 assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "two holders of one path's lock");
                 tokio::time::sleep(Duration::from_micros(200)).await;
                 inside.fetch_sub(1, Ordering::SeqCst);
@@ -85,9 +92,23 @@ pub async fn mutex_serializes(f: &dyn SubstrateFactory) {
     for t in tasks {
         t.await.expect("locker completes");
     }
-    let _held = s.mutex.lock(&s.registry.enter(&path)).await;
+    let held = s.mutex.lock(&s.registry.enter(&path)).await;
+    assert!(s.mutex.try_lock(&s.registry.enter(&path)).is_none(), "try_lock of a held lock");
     let other = tokio::time::timeout(WAKE_WITHIN, s.mutex.lock(&s.registry.enter(&unique_path("mutex-other")))).await;
     assert!(other.is_ok(), "locks of different paths are independent");
+    // A waiter queued behind the holder is served before a later try_lock.
+    let waiter = {
+        let (s, path) = (s.clone(), path.clone());
+        tokio::spawn(async move {
+            let _guard = s.mutex.lock(&s.registry.enter(&path)).await;
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    drop(held);
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert!(s.mutex.try_lock(&s.registry.enter(&path)).is_none(), "try_lock jumped a queued waiter");
+    waiter.await.expect("waiter completes");
 }
 
 /// Leases keep contexts alive; once dropped (with every guard and

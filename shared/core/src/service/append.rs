@@ -197,7 +197,7 @@ impl StreamService {
         }
         Plan::Commit {
             commit,
-            publish: vec![next.clone()],
+            publish: Some(next.clone()),
             deleted: Vec::new(),
             predicted: Some(Predicted { meta: next.clone(), producer }),
             value: AppendOutcome::Appended { meta: next, producer: accepted },

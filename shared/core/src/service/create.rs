@@ -71,7 +71,6 @@ impl StreamService {
         }
 
         let mut commit = Commit::new();
-        let mut publish = Vec::new();
         let (content_type, lifetime, fork) = match &req.fork {
             None => (req.content_type.as_deref().unwrap_or(DEFAULT_CONTENT_TYPE).into(), req.lifetime, None),
             Some(f) => {
@@ -121,10 +120,9 @@ impl StreamService {
                 chunk: Chunk { start: base, data },
             });
         }
-        publish.push(meta.clone());
         Ok(Plan::Commit {
             commit,
-            publish,
+            publish: Some(meta.clone()),
             deleted: Vec::new(),
             value: CreateOutcome { created: true, meta },
             predicted: None,

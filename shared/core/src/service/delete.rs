@@ -40,7 +40,7 @@ impl StreamService {
             soft.soft_deleted = true;
             soft.version += 1;
             commit.push(Op::PutMeta { meta: soft.clone(), expect: Expect::Version(meta.version) });
-            return Ok(Plan::Commit { commit, publish: Vec::new(), deleted: vec![soft], value: (), predicted: None });
+            return Ok(Plan::Commit { commit, publish: None, deleted: vec![soft], value: (), predicted: None });
         }
         let mut deleted = vec![meta.clone()];
         commit.push(Op::DeleteStream {
@@ -49,7 +49,7 @@ impl StreamService {
             expect_version: meta.version,
         });
         self.release_sources(&mut commit, &mut deleted, meta, None).await?;
-        Ok(Plan::Commit { commit, publish: Vec::new(), deleted, value: (), predicted: None })
+        Ok(Plan::Commit { commit, publish: None, deleted, value: (), predicted: None })
     }
 
     /// Adds to `commit` the release of the reference `child` (gone, or going
@@ -129,7 +129,7 @@ impl StreamService {
                 }
                 let (mut commit, mut deleted) = (Commit::new(), Vec::new());
                 self.release_sources(&mut commit, &mut deleted, removed.clone(), Some(marker)).await?;
-                Ok(Plan::Commit { commit, publish: Vec::new(), deleted, value: true, predicted: None })
+                Ok(Plan::Commit { commit, publish: None, deleted, value: true, predicted: None })
             }
         })
         .await

@@ -91,10 +91,11 @@ pub(crate) enum Reads {
 // variant would only add an allocation to every append.
 #[allow(clippy::large_enum_variant)]
 pub(crate) enum Plan<T> {
-    /// Commit these writes, then publish the new meta of `publish` paths and return `T`.
+    /// Commit these writes, then publish the new meta `publish` (the one
+    /// stream a create or an append changes) and return `T`.
     Commit {
         commit: Commit,
-        publish: Vec<StreamMeta>,
+        publish: Option<StreamMeta>,
         deleted: Vec<StreamMeta>,
         value: T,
         /// Appends only: the state to plan the next append on while this
@@ -211,7 +212,10 @@ impl StreamService {
         let mut attempt = 0u32;
         loop {
             attempt += 1;
-            let guard = self.sub.mutex.lock(stream).await;
+            let guard = match self.sub.mutex.try_lock(stream) {
+                Some(guard) => guard,
+                None => self.sub.mutex.lock(stream).await,
+            };
             let first = plan(Reads::MayCache).await;
             let planned = if matches!(first, Ok(Plan::Commit { .. })) { first } else { plan(Reads::Consistent).await };
             let planned = match planned {
@@ -278,7 +282,7 @@ impl StreamService {
                 self.retry_or_fail(path, attempt, e).await?;
                 continue;
             }
-            for meta in &publish {
+            if let Some(meta) = &publish {
                 self.sub.hub.publish(&meta.path, crate::TailSignal::of(meta));
             }
             for meta in &deleted {
