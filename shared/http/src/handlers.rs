@@ -154,14 +154,13 @@ fn stream_headers(headers: &mut HeaderMap, meta: &StreamMeta) {
 
 async fn post(app: AppState, path: String, req: Request) -> ApiResult {
     let (parts, raw) = req.into_parts();
-    let hd = &parts.headers;
-    let producer =
-        parse_producer(get(hd, &name::PRODUCER_ID)?, get(hd, &name::PRODUCER_EPOCH)?, get(hd, &name::PRODUCER_SEQ)?)?;
+    let hd = AppendHeaders::read(&parts.headers)?;
+    let producer = parse_producer(hd.producer_id, hd.producer_epoch, hd.producer_seq)?;
     let request = AppendRequest {
         path,
-        content_type: get(hd, &header::CONTENT_TYPE)?.map(str::to_owned),
-        close: is_stream_closed(get(hd, &name::STREAM_CLOSED)?),
-        seq: get(hd, &name::STREAM_SEQ)?.map(str::to_owned),
+        content_type: hd.content_type.map(str::to_owned),
+        close: is_stream_closed(hd.stream_closed),
+        seq: hd.stream_seq.map(str::to_owned),
         producer,
         body: body(raw, app.cfg.max_body_bytes, app.cfg.body_read_timeout).await?,
         dedupe_key: None,
@@ -189,6 +188,43 @@ async fn post(app: AppState, path: String, req: Request) -> ApiResult {
         headers.insert(name::PRODUCER_SEQ, HeaderValue::from(p.last_seq));
     }
     Ok(resp)
+}
+
+/// The request headers an append reads, found in one pass over the map:
+/// six lookups hashed six names (a custom name byte by byte), about 2% of a
+/// 100 B append's instructions. Each is its name's first value, as
+/// [`get`] would answer, and a value that is not text is a 400 as there.
+#[derive(Default)]
+struct AppendHeaders<'a> {
+    content_type: Option<&'a str>,
+    stream_closed: Option<&'a str>,
+    stream_seq: Option<&'a str>,
+    producer_id: Option<&'a str>,
+    producer_epoch: Option<&'a str>,
+    producer_seq: Option<&'a str>,
+}
+
+impl<'a> AppendHeaders<'a> {
+    fn read(headers: &'a HeaderMap) -> Result<Self, ApiError> {
+        let mut found = Self::default();
+        for (name, value) in headers {
+            let slot = match name.as_str() {
+                "content-type" => &mut found.content_type,
+                h::STREAM_CLOSED => &mut found.stream_closed,
+                h::STREAM_SEQ => &mut found.stream_seq,
+                h::PRODUCER_ID => &mut found.producer_id,
+                h::PRODUCER_EPOCH => &mut found.producer_epoch,
+                h::PRODUCER_SEQ => &mut found.producer_seq,
+                _ => continue,
+            };
+            if slot.is_none() {
+                let text =
+                    value.to_str().map_err(|_| ApiError::bad_request(format!("header {name} is not valid text")))?;
+                *slot = Some(text);
+            }
+        }
+        Ok(found)
+    }
 }
 
 async fn head(app: AppState, path: String) -> ApiResult {
@@ -278,4 +314,49 @@ async fn sse(app: AppState, read: ReadRequest, client_cursor: Option<String>, sl
         set(headers, h::STREAM_SSE_DATA_ENCODING, "base64");
     }
     Ok(resp)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn append_headers_are_each_names_first_value() {
+        let mut hd = HeaderMap::new();
+        hd.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+        hd.append(name::STREAM_SEQ, HeaderValue::from_static("b"));
+        hd.append(name::STREAM_SEQ, HeaderValue::from_static("a"));
+        hd.insert(name::PRODUCER_ID, HeaderValue::from_static("p"));
+        hd.insert(name::PRODUCER_EPOCH, HeaderValue::from_static("1"));
+        hd.insert(name::PRODUCER_SEQ, HeaderValue::from_static("2"));
+        hd.insert(name::STREAM_CLOSED, HeaderValue::from_static("true"));
+        hd.insert(header::HOST, HeaderValue::from_static("x"));
+        let found = AppendHeaders::read(&hd).unwrap();
+        for (name, got) in [
+            ("content-type", found.content_type),
+            (h::STREAM_SEQ, found.stream_seq),
+            (h::PRODUCER_ID, found.producer_id),
+            (h::PRODUCER_EPOCH, found.producer_epoch),
+            (h::PRODUCER_SEQ, found.producer_seq),
+            (h::STREAM_CLOSED, found.stream_closed),
+        ] {
+            assert_eq!(got, get(&hd, name).unwrap(), "{name}: what a lookup answers");
+        }
+        assert_eq!(found.stream_seq, Some("b"), "the first of two values");
+        assert!(AppendHeaders::read(&HeaderMap::new()).unwrap().content_type.is_none());
+    }
+
+    #[test]
+    fn an_append_header_that_is_not_text_is_a_400() {
+        let mut hd = HeaderMap::new();
+        hd.insert(name::PRODUCER_ID, HeaderValue::from_bytes(b"caf\xc3\xa9").unwrap());
+        let err = AppendHeaders::read(&hd).err().unwrap();
+        assert_eq!(err.status, StatusCode::BAD_REQUEST);
+        // Only the first value counts, as with a lookup.
+        let mut hd = HeaderMap::new();
+        hd.append(name::STREAM_SEQ, HeaderValue::from_static("a"));
+        hd.append(name::STREAM_SEQ, HeaderValue::from_bytes(b"\xff").unwrap());
+        assert_eq!(AppendHeaders::read(&hd).unwrap().stream_seq, Some("a"));
+    }
 }

@@ -9,6 +9,7 @@ use axum::http::Uri;
 use bytes::{Bytes, BytesMut};
 use ds_core::LiveMode;
 use ds_protocol::ReadOffset;
+use futures::FutureExt;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 
 use crate::error::ApiError;
@@ -97,10 +98,16 @@ pub async fn body(body: Body, limit: usize, idle: Duration) -> Result<Bytes, Api
     let mut first: Option<Bytes> = None;
     let mut rest = BytesMut::new();
     loop {
-        let frame = match tokio::time::timeout(idle, body.frame()).await {
-            Err(_) => return Err(ApiError::body_timeout(idle)),
-            Ok(None) => break,
-            Ok(Some(frame)) => frame.map_err(|e| body_error(&*e, limit))?,
+        // A piece already received (a small body arrives with its head) is
+        // taken without arming the timer: no clock read, no timer entry.
+        let mut next = body.frame();
+        let frame = match (&mut next).now_or_never() {
+            Some(frame) => frame,
+            None => tokio::time::timeout(idle, next).await.map_err(|_| ApiError::body_timeout(idle))?,
+        };
+        let frame = match frame {
+            None => break,
+            Some(frame) => frame.map_err(|e| body_error(&*e, limit))?,
         };
         let Ok(data) = frame.into_data() else { continue };
         // One piece (the common case) is returned as is, without a copy.
