@@ -23,7 +23,10 @@ pub type ScrapeHook = Box<dyn Fn() + Send + Sync>;
 pub struct PrometheusMetrics {
     registry: Arc<Registry>,
     hooks: Vec<ScrapeHook>,
-    series: RwLock<HashMap<(&'static str, u16), Series>>,
+    /// Hashed with foldhash, not SipHash: the keys are our own route labels
+    /// and status codes, never a client's bytes, so there is no flooding
+    /// to resist, and SipHash was 0.9% of a 100 B append's instructions.
+    series: RwLock<HashMap<(&'static str, u16), Series, foldhash::fast::RandomState>>,
 }
 
 /// The handles an exchange of one route and status reports to, resolved

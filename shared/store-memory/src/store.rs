@@ -16,7 +16,7 @@ use async_trait::async_trait;
 use bytes::{Bytes, BytesMut};
 use ds_core::fold::{MetaEffect, MetaStamp, NetWrites, StateView};
 use ds_core::read_cache::{ReadCache, ADMIT_ASSEMBLED};
-use ds_core::{Chunk, Commit, ProducerState, Record, StoreError, StreamHandle, StreamMeta, StreamStore};
+use ds_core::{Chunk, Commit, PendingCommit, ProducerState, Record, StoreError, StreamHandle, StreamMeta, StreamStore};
 
 use crate::chunks::{Chunks, Row};
 
@@ -129,6 +129,18 @@ impl MemoryStore {
         self.state.write().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// A commit, all or nothing: every precondition is checked before
+    /// anything changes.
+    fn apply(&self, commit: Commit) -> Result<(), StoreError> {
+        let writes = NetWrites::fold(commit)?;
+        let mut state = self.write();
+        writes.check(&*state)?;
+        // Under the write lock that publishes the wipe (see `ReadCache`).
+        writes.wiped.iter().for_each(|(path, _)| self.cache.forget(path));
+        state.apply(writes);
+        Ok(())
+    }
+
     /// `[from, until)` of `(path, incarnation)` as one buffer: `cached` (the
     /// read cache's pieces from `from`), then the stored chunks for the rest.
     /// `None` where a byte of it is not stored.
@@ -162,6 +174,12 @@ impl MemoryStore {
 #[async_trait]
 impl StreamStore for MemoryStore {
     async fn read_meta(&self, stream: &StreamHandle) -> Result<Option<StreamMeta>, StoreError> {
+        Ok(self.read().metas.get(stream.path()).cloned())
+    }
+
+    /// Nothing is cached: [`Self::read_meta`]'s read, without boxing its
+    /// future inside this one as the default does.
+    async fn read_meta_for_update(&self, stream: &StreamHandle) -> Result<Option<StreamMeta>, StoreError> {
         Ok(self.read().metas.get(stream.path()).cloned())
     }
 
@@ -232,13 +250,14 @@ impl StreamStore for MemoryStore {
     }
 
     async fn commit(&self, commit: Commit) -> Result<(), StoreError> {
-        let writes = NetWrites::fold(commit)?;
-        let mut state = self.write();
-        writes.check(&*state)?;
-        // Under the write lock that publishes the wipe (see `ReadCache`).
-        writes.wiped.iter().for_each(|(path, _)| self.cache.forget(path));
-        state.apply(writes);
-        Ok(())
+        self.apply(commit)
+    }
+
+    /// Applied as submitted (the default would box [`Self::commit`]'s
+    /// future inside this one: an allocation per append for nothing).
+    async fn submit(&self, commit: Commit) -> Result<PendingCommit, StoreError> {
+        self.apply(commit)?;
+        Ok(Box::pin(std::future::ready(Ok(()))))
     }
 
     async fn touch(&self, stream: &StreamHandle, incarnation: &str, at_ms: i64) -> Result<(), StoreError> {
