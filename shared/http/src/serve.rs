@@ -1,12 +1,13 @@
 //! The server loop: accept, hand each connection to its own task (the TLS
 //! handshake, if any, runs there under the header-read timeout), serve it
-//! with hyper under [`ConnLimits`], shut down gracefully.
+//! under [`ConnLimits`] (HTTP/1.1: plain requests by [`crate::h1`], the rest
+//! and HTTP/2 by hyper), shut down gracefully.
 //!
 //! `axum::serve` sets no timer, so a connection that sends half a request
 //! head, or nothing at all, or never reads its response, is held forever.
 //! Here every connection's socket is guarded (see [`crate::conn_guard`]): a
 //! read or write that waits past the deadline of the connection's phase
-//! fails and hyper drops the connection. A request's body has its own
+//! fails and the connection is dropped. A request's body has its own
 //! inactivity limit in the handlers ([`crate::HttpConfig`]).
 
 use std::convert::Infallible;
@@ -28,6 +29,7 @@ use tokio::sync::watch;
 use tower::{Service, ServiceExt};
 
 use crate::conn_guard::{Busy, Guarded, Phase, TrackedBody};
+use crate::h1;
 use crate::repoll::Repoll;
 
 /// Per-connection limits of the server.
@@ -112,7 +114,7 @@ pub async fn serve(
 
 /// Accept connections on `listener` and serve `app` on each until `shutdown`
 /// completes; then stop accepting, let every connection finish its request
-/// in progress (hyper's graceful shutdown), and return when all are closed
+/// in progress (idle ones close at once), and return when all are closed
 /// or [`SHUTDOWN_GRACE`] has passed.
 pub async fn serve_with<H: Handshake>(
     listener: TcpListener,
@@ -171,12 +173,21 @@ async fn run_connection<IO>(
     protocol: Protocol,
     app: impl AppService,
     limits: Arc<ConnLimits>,
-    stop: Option<watch::Receiver<bool>>,
+    mut stop: Option<watch::Receiver<bool>>,
 ) where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let phase = Arc::new(Phase::new(protocol == Protocol::Http2));
-    let io = TokioIo::new(Guarded::new(io, Arc::clone(&phase), Arc::clone(&limits)));
+    let io = Guarded::new(io, Arc::clone(&phase), Arc::clone(&limits));
+    // HTTP/1.1: the plain requests are served by `h1`; hyper takes the
+    // connection over at the first other one.
+    let io = match protocol {
+        Protocol::Http1 => match h1::serve(io, &phase, app.clone(), &limits, &mut stop).await {
+            h1::End::Closed => return,
+            h1::End::Handoff(io, read) => TokioIo::new(h1::Rewind::new(read, io)),
+        },
+        Protocol::Http2 => TokioIo::new(h1::Rewind::new(Bytes::new(), io)),
+    };
     let service = hyper::service::service_fn(move |req: Request<Incoming>| {
         let busy = Busy::begin(Arc::clone(&phase));
         let app = app.clone();
