@@ -114,7 +114,12 @@ impl StreamMeta {
     }
 
     pub fn is_expired(&self, now_ms: i64) -> bool {
-        self.expiry_deadline_ms().is_some_and(|d| now_ms >= d)
+        self.is_expired_by(|| now_ms)
+    }
+
+    /// [`Self::is_expired`], reading the clock only for a stream that can expire.
+    pub fn is_expired_by(&self, now_ms: impl FnOnce() -> i64) -> bool {
+        self.expiry_deadline_ms().is_some_and(|d| now_ms() >= d)
     }
 
     /// First position of the stream's own storage (a fork's base, else 0).

@@ -1,8 +1,8 @@
 //! What keeps a connection from holding the server forever: its socket is
 //! wrapped in a [`Guarded`] IO that knows what the connection is doing
 //! (waiting for a request head, idle between requests, or busy with one) and
-//! fails a read or write that waits past the deadline of that phase; hyper
-//! then drops the connection.
+//! fails a read or write that waits past the deadline of that phase; the
+//! connection is then dropped.
 
 use std::future::Future;
 use std::io;
@@ -138,11 +138,13 @@ impl http_body::Body for TrackedBody {
     }
 }
 
-/// A lazily created timer, re-armed only when its deadline changes.
+/// A lazily created timer. Every request on a connection moves its deadline
+/// later; re-arming the timer each time would reach into the timer wheel
+/// once per request. The timer is re-armed only when the deadline moves
+/// earlier, or when it fires before the deadline (once, to the deadline).
 #[derive(Default)]
 struct Deadline {
     sleep: Option<Pin<Box<Sleep>>>,
-    at: Option<Instant>,
 }
 
 impl Deadline {
@@ -152,11 +154,16 @@ impl Deadline {
             return true;
         }
         let sleep = self.sleep.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(at)));
-        if self.at != Some(at) {
+        if sleep.deadline() > at {
             sleep.as_mut().reset(at);
-            self.at = Some(at);
         }
-        sleep.as_mut().poll(cx).is_ready()
+        while sleep.as_mut().poll(cx).is_ready() {
+            if sleep.deadline() >= at {
+                return true;
+            }
+            sleep.as_mut().reset(at);
+        }
+        false
     }
 }
 
@@ -258,5 +265,45 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for Guarded<IO> {
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let result = Pin::new(&mut self.io).poll_shutdown(cx);
         self.write_done(result, cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::future::poll_fn;
+    use std::time::Duration;
+
+    use super::*;
+
+    /// Resolves once `deadline` reports `at` passed, woken by its timer alone.
+    async fn expiry(deadline: &mut Deadline, at: Instant) -> Instant {
+        poll_fn(|cx| if deadline.expired(at, cx) { Poll::Ready(Instant::now()) } else { Poll::Pending }).await
+    }
+
+    fn armed(deadline: &mut Deadline, at: Instant) {
+        let waker = Waker::noop();
+        assert!(!deadline.expired(at, &mut Context::from_waker(waker)), "not yet");
+    }
+
+    #[tokio::test]
+    async fn a_deadline_moved_later_fires_at_the_later_instant() {
+        let mut deadline = Deadline::default();
+        let start = Instant::now();
+        armed(&mut deadline, start + Duration::from_millis(50));
+        let later = start + Duration::from_millis(300);
+        let fired = tokio::time::timeout(Duration::from_secs(10), expiry(&mut deadline, later)).await;
+        assert!(fired.expect("the timer's early firing re-arms it, it does not lose the wake-up") >= later);
+    }
+
+    #[tokio::test]
+    async fn a_deadline_moved_earlier_fires_at_the_earlier_instant() {
+        let mut deadline = Deadline::default();
+        let start = Instant::now();
+        armed(&mut deadline, start + Duration::from_secs(60));
+        let earlier = start + Duration::from_millis(50);
+        let fired = tokio::time::timeout(Duration::from_secs(10), expiry(&mut deadline, earlier)).await;
+        let fired = fired.expect("re-armed to the earlier instant");
+        // Not merely noticed when the timeout's own timer woke the task.
+        assert!(fired >= earlier && fired < start + Duration::from_secs(5), "fired after {:?}", fired - start);
     }
 }

@@ -351,7 +351,7 @@ impl StreamService {
         match self.meta_for_update(stream, reads).await? {
             None => Err(ServiceError::NotFound),
             Some(meta) if meta.soft_deleted => Err(ServiceError::Gone),
-            Some(meta) if meta.is_expired(self.now_ms()) => Err(ServiceError::Expired(Box::new(meta))),
+            Some(meta) if meta.is_expired_by(|| self.now_ms()) => Err(ServiceError::Expired(Box::new(meta))),
             Some(meta) => Ok(meta),
         }
     }
