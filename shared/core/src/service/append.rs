@@ -148,7 +148,9 @@ impl StreamService {
         data: Bytes,
         accepted: Option<State>,
     ) -> Plan<AppendOutcome> {
-        let mut next = meta.clone();
+        // The next meta is this one, changed: path and incarnation stay.
+        let (version, tail) = (meta.version, meta.tail);
+        let mut next = meta;
         next.version += 1;
         next.tail += data.len() as u64;
         next.touched_at_ms = self.now_ms();
@@ -161,17 +163,17 @@ impl StreamService {
                 req.producer.as_ref().map(|p| ProducerTriple { id: p.id.clone(), epoch: p.epoch, seq: p.seq });
         }
         let mut commit = Commit::new();
-        // The tail too: bytes land at `meta.tail`, so a plan on a state that was
+        // The tail too: bytes land at the old `tail`, so a plan on a state that was
         // never stored (same version, other tail) must fail, not leave a gap.
         commit.push(Op::PutMeta {
             meta: next.clone(),
-            expect: Expect::VersionAt { version: meta.version, tail: meta.tail },
+            expect: Expect::VersionAt { version, tail },
         });
         if !data.is_empty() {
             commit.push(Op::PutChunk {
-                path: meta.path.clone(),
-                incarnation: meta.incarnation.clone(),
-                chunk: Chunk { start: meta.tail, data },
+                path: next.path.clone(),
+                incarnation: next.incarnation.clone(),
+                chunk: Chunk { start: tail, data },
             });
         }
         let producer = match (&req.producer, accepted) {
@@ -180,16 +182,16 @@ impl StreamService {
         };
         if let Some((id, state)) = &producer {
             commit.push(Op::PutProducer {
-                path: meta.path.clone(),
-                incarnation: meta.incarnation.clone(),
+                path: next.path.clone(),
+                incarnation: next.incarnation.clone(),
                 producer_id: id.clone(),
                 state: *state,
             });
         }
         if let Some(key) = &req.dedupe_key {
             commit.push(Op::PutRecord {
-                path: meta.path.clone(),
-                incarnation: meta.incarnation,
+                path: next.path.clone(),
+                incarnation: next.incarnation.clone(),
                 key: dedupe_record_key(key),
                 record: Record { revision: 1, value: Bytes::copy_from_slice(&next.tail.to_be_bytes()) },
                 expect: RecordExpect::Absent,
