@@ -186,6 +186,7 @@ async fn run_connection<IO>(
             h1::End::Closed => return,
             h1::End::Handoff(io, read) => TokioIo::new(h1::Rewind::new(read, io)),
         },
+        // Nothing read yet (one connection type for both protocols).
         Protocol::Http2 => TokioIo::new(h1::Rewind::new(Bytes::new(), io)),
     };
     let service = hyper::service::service_fn(move |req: Request<Incoming>| {

@@ -165,10 +165,7 @@ impl StreamService {
         let mut commit = Commit::new();
         // The tail too: bytes land at the old `tail`, so a plan on a state that was
         // never stored (same version, other tail) must fail, not leave a gap.
-        commit.push(Op::PutMeta {
-            meta: next.clone(),
-            expect: Expect::VersionAt { version, tail },
-        });
+        commit.push(Op::PutMeta { meta: next.clone(), expect: Expect::VersionAt { version, tail } });
         if !data.is_empty() {
             commit.push(Op::PutChunk {
                 path: next.path.clone(),
