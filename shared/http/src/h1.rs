@@ -84,23 +84,11 @@ where
     let mut buf = BytesMut::with_capacity(READ_CHUNK);
     let mut fields = Vec::new();
     let mut out = Vec::with_capacity(512);
-    // Where the bytes not yet searched for a head's end begin, after a parse
-    // found the head incomplete: it is parsed again only once one may have
-    // arrived, so a head sent in many small pieces costs linear, not
-    // quadratic, time.
-    let mut unsearched: Option<usize> = None;
     loop {
         let head = loop {
-            let complete_maybe = match unsearched {
-                Some(from) => may_end_head(&buf, from),
-                None => true,
-            };
-            if !complete_maybe {
-                if buf.len() > limits.max_header_bytes {
-                    return handoff(io, buf.freeze(), "head too large");
-                }
-            } else if !buf.is_empty() {
-                unsearched = None;
+            if !buf.is_empty() {
+                // The whole head is parsed again after each read, as hyper
+                // does: bytes that make it malformed get hyper's `400` at once.
                 match parse(&buf, limits.max_header_bytes, &mut fields) {
                     Parse::Ours(head) if buf.len() >= head.len + head.body_len => break head,
                     Parse::Ours(_) => {
@@ -112,7 +100,7 @@ where
                             None => return handoff(io, buf.freeze(), "body still on its way"),
                         }
                     }
-                    Parse::Partial => unsearched = Some(buf.len()),
+                    Parse::Partial => {}
                     Parse::Theirs => return handoff(io, buf.freeze(), "not a plain request"),
                 }
             } else if stopping(&mut stopped) {
@@ -174,18 +162,6 @@ async fn shutdown(stop: Option<&mut watch::Receiver<bool>>) {
         }
         None => std::future::pending().await,
     }
-}
-
-/// Whether `buf` past `from` may hold the blank line that ends a head (a
-/// line feed, an optional carriage return, a line feed; the bytes just
-/// before `from` count as well).
-fn may_end_head(buf: &[u8], from: usize) -> bool {
-    let tail = &buf[from.saturating_sub(2).min(buf.len())..];
-    tail.windows(2).enumerate().any(|(i, w)| match w {
-        b"\n\n" => true,
-        b"\r\n" => i > 0 && tail[i - 1] == b'\n',
-        _ => false,
-    })
 }
 
 async fn read_some<IO: AsyncRead + Unpin>(io: &mut IO, buf: &mut BytesMut) -> io::Result<usize> {

@@ -73,19 +73,6 @@ fn an_incomplete_head_waits_until_it_is_too_large() {
     assert_eq!(parse(complete.as_bytes(), 64, &mut Vec::new()), Parse::Theirs, "complete but larger than allowed");
 }
 
-#[test]
-fn the_end_of_a_head_is_looked_for_in_the_new_bytes_and_the_two_before() {
-    let head = b"POST /a HTTP/1.1\r\nx: y\r\n\r\n";
-    // Every split point of a complete head: found when the previous parse
-    // (of the bytes before `from`) could not have seen it.
-    for from in 0..head.len() {
-        assert!(may_end_head(head, from), "split at {from}");
-    }
-    assert!(may_end_head(b"POST /a HTTP/1.1\nx: y\n\n", 20), "bare line feeds, as httparse takes them");
-    assert!(!may_end_head(b"POST /a HTTP/1.1\r\nx: y\r\n", 0));
-    assert!(!may_end_head(b"POST /a HTTP/1.1\r\n\r\nx: y\r\n", 22), "an end before `from` was seen already");
-}
-
 fn app() -> Router {
     Router::new()
         .route(
@@ -323,4 +310,15 @@ async fn shutting_down_closes_an_idle_connection_and_ends_one_in_progress_after_
     assert!(answer.starts_with("HTTP/1.1 200 OK\r\n") && answer.ends_with("\r\n\r\nlate"), "{answer}");
     assert!(answer.contains("\r\nconnection: close\r\n"), "{answer}");
     tokio::time::timeout(Duration::from_secs(5), server).await.expect("serve returns once both are closed").unwrap();
+}
+
+#[tokio::test]
+async fn a_head_made_malformed_by_a_later_piece_gets_hypers_400_at_once() {
+    let mut conn = connect();
+    conn.write_all(b"POST /echo HTTP/1.1\r\nhost: h\r\n").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    // No blank line yet: the head is not complete, but it can no longer be valid.
+    conn.write_all(b"bad name: x\r\n").await.unwrap();
+    let (status, _, _) = response(&mut conn, &mut Vec::new()).await;
+    assert_eq!(status, 400);
 }
