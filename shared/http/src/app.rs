@@ -7,14 +7,19 @@
 //! (its boxed clone of the fallback service, boxed future, and the
 //! URL-parameter extensions it inserts): ~5% of an append's instructions
 //! and 5 of its ~40 allocations (callgrind, memory store).
+//!
+//! It also carries what serves a plain append without the `http` types
+//! ([`crate::direct`]), which the local server's HTTP/1.1 loop uses.
 
 use std::convert::Infallible;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use axum::extract::Request;
 use axum::response::Response;
 use tower::Service;
 
+use crate::direct::Direct;
 use crate::dispatch::Dispatch;
 use crate::edge::EdgeService;
 
@@ -25,11 +30,25 @@ type Inner = EdgeService<Dispatch>;
 #[derive(Clone)]
 pub struct App {
     inner: Inner,
+    /// `None` with access control (see [`crate::direct`]).
+    direct: Option<Arc<Direct>>,
 }
 
 impl App {
-    pub(crate) fn new(inner: Inner) -> Self {
-        Self { inner }
+    pub(crate) fn new(inner: Inner, direct: Option<Direct>) -> Self {
+        Self { inner, direct: direct.map(Arc::new) }
+    }
+
+    pub(crate) fn direct(&self) -> Option<&Direct> {
+        self.direct.as_deref()
+    }
+
+    /// This app with every request served through the router (to compare
+    /// the two ways in tests).
+    #[cfg(test)]
+    pub(crate) fn without_direct(mut self) -> Self {
+        self.direct = None;
+        self
     }
 }
 

@@ -34,6 +34,9 @@ pub(crate) struct Class {
     pub live: Option<&'static str>,
 }
 
+/// The route label of an append.
+pub(crate) const APPEND_ROUTE: &str = "stream_append";
+
 /// The path a metrics scrape is checked against (`read` on it).
 pub const METRICS_PATH: &str = "__ds/metrics";
 
@@ -82,7 +85,7 @@ pub(crate) fn classify(method: &Method, uri: &Uri, headers: &HeaderMap, grants: 
             Class { live, ..need(route, Op::Read) }
         }
         Method::HEAD => need("stream_head", Op::Read),
-        Method::POST => need("stream_append", Op::Write),
+        Method::POST => need(APPEND_ROUTE, Op::Write),
         Method::DELETE => need("stream_delete", Op::Admin),
         Method::PUT => match headers.get(h::STREAM_FORKED_FROM).and_then(|v| v.to_str().ok()) {
             // A fork needs admin where it is created and read on its source,

@@ -60,7 +60,7 @@ impl Service<Request> for Dispatch {
 /// What axum's router did to every response it served (so hosts that do
 /// not frame bodies themselves, the Lambda function, see the same): a
 /// `Content-Length` from the body's exact size unless one is set.
-fn answered(mut resp: Response) -> Result<Response, Infallible> {
+pub(crate) fn answered(mut resp: Response) -> Result<Response, Infallible> {
     if !resp.headers().contains_key(header::CONTENT_LENGTH) {
         if let Some(n) = http_body::Body::size_hint(resp.body()).exact() {
             // Most answers (every append's 204) have no body: a static value

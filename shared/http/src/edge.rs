@@ -73,9 +73,9 @@ where
         let span = tracing::debug_span!("request", method = %req.method(), uri = %req.uri(), version = ?req.version());
         let class: Option<Class> = (self.edge.metrics.is_some() || self.edge.access.is_some())
             .then(|| classify(req.method(), req.uri(), req.headers(), self.edge.access.is_some()));
-        let cors = self.edge.cors.answer(req.method(), req.headers().get(http::header::ORIGIN));
+        let cors = self.edge.cors.answer(req.method(), req.headers().get(http::header::ORIGIN).map(|o| o.as_bytes()));
         let observed = match (&self.edge.metrics, &class) {
-            (Some(m), Some(class)) => Some(metrics::Observation::begin(m.clone(), class, &req, start)),
+            (Some(m), Some(class)) => Some(metrics::Observation::begin(m.clone(), class, req.method(), start)),
             _ => None,
         };
         let (req, bytes_in) = match &observed {

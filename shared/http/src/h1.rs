@@ -18,6 +18,7 @@
 //! decides what a strange request means, and answers the errors (`400`,
 //! `431`) as it always has.
 
+use std::future::Future;
 use std::io::{self, Write};
 use std::mem::MaybeUninit;
 use std::ops::Range;
@@ -34,12 +35,15 @@ use futures::FutureExt;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, StatusCode, Uri, Version};
 use http_body_util::BodyExt;
-use std::future::Future;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::sync::watch;
 use tower::ServiceExt;
 
+use crate::append::Appended;
 use crate::conn_guard::{Busy, Phase};
+use crate::cors::CorsAnswer;
+use crate::direct::Answer;
+use crate::layers::decorations;
 use crate::serve::{AppService, ConnLimits};
 
 /// hyper's limit on an HTTP/1.1 request's header lines; past it, hyper answers `431`.
@@ -122,26 +126,64 @@ where
         };
 
         let bytes = buf.split().freeze();
-        let Some(req) = request(&bytes, &head, &fields) else {
-            return handoff(io, bytes, "target or header refused by the http types");
+        let next = match direct(&app, &bytes, &head, &fields) {
+            Some(append) => Next::Direct(append),
+            None => match request(&bytes, &head, &fields) {
+                Some(req) => Next::Routed(req),
+                // (A clone: the match holds a borrow of `bytes`; a count, not a copy.)
+                None => return handoff(io, bytes.clone(), "target or header refused by the http types"),
+            },
         };
-        let rest = bytes.slice(head.len + head.body_len..);
         // Pipelined bytes (rare): the next request's, kept for the next parse.
-        buf.extend_from_slice(&rest);
-        drop((bytes, rest));
+        buf.extend_from_slice(&bytes[head.len + head.body_len..]);
 
         let busy = Busy::begin(Arc::clone(phase));
-        let resp = app.clone().oneshot(req).await.unwrap_or_else(|e| match e {});
+        let answer = match next {
+            Next::Direct(append) => append.await,
+            Next::Routed(req) => Answer::Full(app.clone().oneshot(req).await.unwrap_or_else(|e| match e {})),
+        };
         let close = head.close || stopping(&mut stopped);
-        let written = respond(&mut io, &mut out, resp, close).await;
+        let written = match answer {
+            Answer::Appended(appended, cors) => appended_answer(&mut io, &mut out, &appended, &cors, close).await,
+            Answer::Full(resp) => respond(&mut io, &mut out, resp, close).await,
+        };
         drop(busy);
-        if written.is_err() || close {
-            if written.is_ok() {
+        match written {
+            Ok(false) => {}
+            Ok(true) => {
                 let _ = io.shutdown().await;
+                return End::Closed;
             }
-            return End::Closed;
+            Err(_) => return End::Closed,
         }
     }
+}
+
+/// How [`serve`] will answer a request it read.
+// Held on the stack for one request, never moved around: boxing the larger
+// variant would only add an allocation to every routed request.
+#[allow(clippy::large_enum_variant)]
+enum Next<D> {
+    /// An append, answered directly ([`crate::direct`]).
+    Direct(D),
+    /// Anything else, by the app's router.
+    Routed(Request),
+}
+
+/// The request as a direct append of the app's, if it is one.
+fn direct<'a, A: AppService>(
+    app: &'a A,
+    bytes: &'a Bytes,
+    head: &Head,
+    fields: &'a [Field],
+) -> Option<impl Future<Output = Answer> + 'a> {
+    let direct = app.as_app()?.direct()?;
+    if head.method != Method::POST {
+        return None;
+    }
+    let target = std::str::from_utf8(&bytes[head.target.clone()]).ok()?;
+    let lines = fields.iter().map(|f| (&bytes[f.name.clone()], &bytes[f.value.clone()]));
+    direct.append(target, lines, bytes.slice(head.len..head.len + head.body_len))
 }
 
 fn stopping<F: Future<Output = ()>>(stopped: &mut Pin<&mut Fuse<F>>) -> bool {
@@ -277,27 +319,58 @@ fn request(bytes: &Bytes, head: &Head, fields: &[Field]) -> Option<Request> {
     Some(req)
 }
 
+/// Write a direct append's answer as [`respond`] writes the router's: the
+/// same headers in the same order (the body is empty). `Ok(close)`.
+async fn appended_answer<IO: AsyncWrite + Unpin>(
+    io: &mut IO,
+    out: &mut Vec<u8>,
+    appended: &Appended,
+    cors: &CorsAnswer,
+    close: bool,
+) -> io::Result<bool> {
+    status_line(out, appended.status);
+    appended.each_header(|name, value| put_header(out, name.as_str().as_bytes(), value));
+    // As the router's `dispatch::answered` sets it.
+    put_header(out, b"content-length", b"0");
+    decorations(cors, |name, value| put_header(out, name.as_str().as_bytes(), value.as_bytes()));
+    crate::date::with(|d| put_header(out, b"date", d));
+    if close {
+        put_header(out, b"connection", b"close");
+    }
+    out.extend_from_slice(b"\r\n");
+    send(io, out).await?;
+    io.flush().await?;
+    Ok(close)
+}
+
+fn status_line(out: &mut Vec<u8>, status: StatusCode) {
+    out.clear();
+    out.extend_from_slice(b"HTTP/1.1 ");
+    out.extend_from_slice(status.as_str().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(status.canonical_reason().unwrap_or("<none>").as_bytes());
+    out.extend_from_slice(b"\r\n");
+}
+
 /// Write `resp` as hyper frames it: the handler's headers as they are, a
-/// `Date` and a length (or chunked framing) when it set none.
+/// `Date` and a length (or chunked framing) when it set none. `Ok(close)`:
+/// whether the connection closes after it (`close`, or the response says
+/// `Connection: close`, as hyper reads it).
 async fn respond<IO: AsyncWrite + Unpin>(
     io: &mut IO,
     out: &mut Vec<u8>,
     resp: Response,
-    close: bool,
-) -> io::Result<()> {
+    mut close: bool,
+) -> io::Result<bool> {
     let (parts, mut body) = resp.into_parts();
-    out.clear();
-    out.extend_from_slice(b"HTTP/1.1 ");
-    out.extend_from_slice(parts.status.as_str().as_bytes());
-    out.push(b' ');
-    out.extend_from_slice(parts.status.canonical_reason().unwrap_or("<none>").as_bytes());
-    out.extend_from_slice(b"\r\n");
-    let (mut length, mut chunked, mut date) = (false, false, false);
+    status_line(out, parts.status);
+    let (mut length, mut chunked, mut date, mut said_close) = (false, false, false, false);
     for (name, value) in &parts.headers {
         match *name {
             header::CONTENT_LENGTH => length = true,
             header::TRANSFER_ENCODING => chunked = true,
             header::DATE => date = true,
+            header::CONNECTION => said_close |= has_close(value.as_bytes()),
             _ => {}
         }
         put_header(out, name.as_str().as_bytes(), value.as_bytes());
@@ -319,9 +392,10 @@ async fn respond<IO: AsyncWrite + Unpin>(
             }
         }
     }
-    if close {
+    if close && !said_close {
         put_header(out, b"connection", b"close");
     }
+    close |= said_close;
     out.extend_from_slice(b"\r\n");
     if !bodyless {
         loop {
@@ -358,7 +432,13 @@ async fn respond<IO: AsyncWrite + Unpin>(
         }
     }
     send(io, out).await?;
-    io.flush().await
+    io.flush().await?;
+    Ok(close)
+}
+
+/// Whether a `Connection` value lists `close`.
+fn has_close(value: &[u8]) -> bool {
+    value.split(|&b| b == b',').any(|token| token.trim_ascii().eq_ignore_ascii_case(b"close"))
 }
 
 fn put_header(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {

@@ -5,17 +5,16 @@ use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
-use ds_core::{
-    AppendOutcome, AppendRequest, CreateRequest, ForkRequest, LiveMode, ReadOutcome, ReadRequest, StreamMeta,
-};
+use ds_core::{CreateRequest, ForkRequest, LiveMode, ReadOutcome, ReadRequest, StreamMeta};
 use ds_protocol::etag::{if_none_match, read_etag};
 use ds_protocol::headers::{
-    format_rfc3339_ms, is_stream_closed, parse_lifetime, parse_producer, parse_sub_offset, validate_content_type,
+    format_rfc3339_ms, is_stream_closed, parse_lifetime, parse_sub_offset, validate_content_type,
 };
 use ds_protocol::sse::DataEncoding;
 use ds_protocol::Offset;
 use futures::future::BoxFuture;
 
+use crate::append::{append, AppendHeaders};
 use crate::error::ApiError;
 use crate::headers::{self as h, get, name, offset_value};
 use crate::request::{body, read_query, stream_path, ReadQuery};
@@ -155,76 +154,8 @@ fn stream_headers(headers: &mut HeaderMap, meta: &StreamMeta) {
 async fn post(app: AppState, path: String, req: Request) -> ApiResult {
     let (parts, raw) = req.into_parts();
     let hd = AppendHeaders::read(&parts.headers)?;
-    let producer = parse_producer(hd.producer_id, hd.producer_epoch, hd.producer_seq)?;
-    let request = AppendRequest {
-        path,
-        content_type: hd.content_type.map(str::to_owned),
-        close: is_stream_closed(hd.stream_closed),
-        seq: hd.stream_seq.map(str::to_owned),
-        producer,
-        body: body(raw, app.cfg.max_body_bytes, app.cfg.body_read_timeout).await?,
-        dedupe_key: None,
-        incarnation: None,
-    };
-    let empty_body = request.body.is_empty();
-    let out = app.service.append(request).await?;
-    let (status, producer) = match &out {
-        // 200 only when a producer's request stored new data; a producer's
-        // close-only request is a 204 like any close.
-        AppendOutcome::Appended { producer: Some(p), .. } if !empty_body => (StatusCode::OK, Some(*p)),
-        AppendOutcome::Appended { producer, .. } => (StatusCode::NO_CONTENT, *producer),
-        AppendOutcome::AlreadyClosed { .. } | AppendOutcome::AlreadyAppended { .. } => (StatusCode::NO_CONTENT, None),
-        AppendOutcome::Duplicate { producer, .. } => (StatusCode::NO_CONTENT, Some(*producer)),
-    };
-    let mut resp = status.into_response();
-    let headers = resp.headers_mut();
-    let meta = out.meta();
-    set_offset(headers, meta.tail);
-    if meta.closed {
-        headers.insert(name::STREAM_CLOSED, TRUE);
-    }
-    if let Some(p) = producer {
-        headers.insert(name::PRODUCER_EPOCH, HeaderValue::from(p.epoch));
-        headers.insert(name::PRODUCER_SEQ, HeaderValue::from(p.last_seq));
-    }
-    Ok(resp)
-}
-
-/// The request headers an append reads, found in one pass over the map:
-/// six lookups hashed six names (a custom name byte by byte), about 2% of a
-/// 100 B append's instructions. Each is its name's first value, as
-/// [`get`] would answer, and a value that is not text is a 400 as there.
-#[derive(Default)]
-struct AppendHeaders<'a> {
-    content_type: Option<&'a str>,
-    stream_closed: Option<&'a str>,
-    stream_seq: Option<&'a str>,
-    producer_id: Option<&'a str>,
-    producer_epoch: Option<&'a str>,
-    producer_seq: Option<&'a str>,
-}
-
-impl<'a> AppendHeaders<'a> {
-    fn read(headers: &'a HeaderMap) -> Result<Self, ApiError> {
-        let mut found = Self::default();
-        for (name, value) in headers {
-            let slot = match name.as_str() {
-                "content-type" => &mut found.content_type,
-                h::STREAM_CLOSED => &mut found.stream_closed,
-                h::STREAM_SEQ => &mut found.stream_seq,
-                h::PRODUCER_ID => &mut found.producer_id,
-                h::PRODUCER_EPOCH => &mut found.producer_epoch,
-                h::PRODUCER_SEQ => &mut found.producer_seq,
-                _ => continue,
-            };
-            if slot.is_none() {
-                let text =
-                    value.to_str().map_err(|_| ApiError::bad_request(format!("header {name} is not valid text")))?;
-                *slot = Some(text);
-            }
-        }
-        Ok(found)
-    }
+    let body = body(raw, app.cfg.max_body_bytes, app.cfg.body_read_timeout);
+    Ok(append(&app, path, hd, body).await?.into_response())
 }
 
 async fn head(app: AppState, path: String) -> ApiResult {
@@ -314,49 +245,4 @@ async fn sse(app: AppState, read: ReadRequest, client_cursor: Option<String>, sl
         set(headers, h::STREAM_SSE_DATA_ENCODING, "base64");
     }
     Ok(resp)
-}
-
-#[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used)]
-    use super::*;
-
-    #[test]
-    fn append_headers_are_each_names_first_value() {
-        let mut hd = HeaderMap::new();
-        hd.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
-        hd.append(name::STREAM_SEQ, HeaderValue::from_static("b"));
-        hd.append(name::STREAM_SEQ, HeaderValue::from_static("a"));
-        hd.insert(name::PRODUCER_ID, HeaderValue::from_static("p"));
-        hd.insert(name::PRODUCER_EPOCH, HeaderValue::from_static("1"));
-        hd.insert(name::PRODUCER_SEQ, HeaderValue::from_static("2"));
-        hd.insert(name::STREAM_CLOSED, HeaderValue::from_static("true"));
-        hd.insert(header::HOST, HeaderValue::from_static("x"));
-        let found = AppendHeaders::read(&hd).unwrap();
-        for (name, got) in [
-            ("content-type", found.content_type),
-            (h::STREAM_SEQ, found.stream_seq),
-            (h::PRODUCER_ID, found.producer_id),
-            (h::PRODUCER_EPOCH, found.producer_epoch),
-            (h::PRODUCER_SEQ, found.producer_seq),
-            (h::STREAM_CLOSED, found.stream_closed),
-        ] {
-            assert_eq!(got, get(&hd, name).unwrap(), "{name}: what a lookup answers");
-        }
-        assert_eq!(found.stream_seq, Some("b"), "the first of two values");
-        assert!(AppendHeaders::read(&HeaderMap::new()).unwrap().content_type.is_none());
-    }
-
-    #[test]
-    fn an_append_header_that_is_not_text_is_a_400() {
-        let mut hd = HeaderMap::new();
-        hd.insert(name::PRODUCER_ID, HeaderValue::from_bytes(b"caf\xc3\xa9").unwrap());
-        let err = AppendHeaders::read(&hd).err().unwrap();
-        assert_eq!(err.status, StatusCode::BAD_REQUEST);
-        // Only the first value counts, as with a lookup.
-        let mut hd = HeaderMap::new();
-        hd.append(name::STREAM_SEQ, HeaderValue::from_static("a"));
-        hd.append(name::STREAM_SEQ, HeaderValue::from_bytes(b"\xff").unwrap());
-        assert_eq!(AppendHeaders::read(&hd).unwrap().stream_seq, Some("a"));
-    }
 }

@@ -2,7 +2,7 @@
 //! preflight; run by [`crate::edge`].
 
 use axum::extract::Request;
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::{header, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 
 use crate::cors::CorsAnswer;
@@ -11,6 +11,19 @@ use crate::headers::{name, EXPOSED};
 /// Add the headers every response carries, and the CORS headers
 /// [`crate::cors::Cors::answer`] chose for the request.
 pub(crate) fn decorate(resp: &mut Response, cors: CorsAnswer) {
+    let h = resp.headers_mut();
+    decorations(&cors, |name, value| {
+        // `Vary` may already name what the route varies on.
+        if name == header::VARY {
+            h.append(name, value);
+        } else {
+            h.insert(name, value);
+        }
+    });
+}
+
+/// The headers [`decorate`] adds, in order, each passed to `put`.
+pub(crate) fn decorations(cors: &CorsAnswer, mut put: impl FnMut(HeaderName, HeaderValue)) {
     // Names and values are constants: every response pays for these, and a
     // `&str` name or `from_static` value outside a const is parsed each time
     // (the exposed-headers list is ~400 bytes).
@@ -18,17 +31,16 @@ pub(crate) fn decorate(resp: &mut Response, cors: CorsAnswer) {
     const CROSS_ORIGIN: HeaderValue = HeaderValue::from_static("cross-origin");
     const ORIGIN: HeaderValue = HeaderValue::from_static("origin");
     const EXPOSED_VALUE: HeaderValue = HeaderValue::from_static(EXPOSED);
-    let h = resp.headers_mut();
-    h.insert(name::X_CONTENT_TYPE_OPTIONS, NOSNIFF);
-    h.insert(name::CROSS_ORIGIN_RESOURCE_POLICY, CROSS_ORIGIN);
+    put(name::X_CONTENT_TYPE_OPTIONS, NOSNIFF);
+    put(name::CROSS_ORIGIN_RESOURCE_POLICY, CROSS_ORIGIN);
     if cors.vary {
-        h.append(header::VARY, ORIGIN);
+        put(header::VARY, ORIGIN);
     }
-    if let Some(origin) = cors.allow_origin {
-        h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin);
+    if let Some(origin) = &cors.allow_origin {
+        put(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin.clone());
     }
     if cors.expose {
-        h.insert(header::ACCESS_CONTROL_EXPOSE_HEADERS, EXPOSED_VALUE);
+        put(header::ACCESS_CONTROL_EXPOSE_HEADERS, EXPOSED_VALUE);
     }
 }
 

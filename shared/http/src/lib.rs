@@ -6,10 +6,12 @@
 
 mod access;
 mod app;
+mod append;
 mod classify;
 mod conn_guard;
 mod cors;
 mod date;
+mod direct;
 mod dispatch;
 mod edge;
 pub mod error;
@@ -163,11 +165,21 @@ pub fn app_with(service: StreamService, cfg: HttpConfig, ops: Operations) -> App
     if let Some(m) = ops.metrics.clone() {
         others = others.route("/metrics", axum::routing::get(render_metrics).with_state(m));
     }
+    let cors = Arc::new(ops.cors);
+    // Access control needs the router's request (see `direct`).
+    let direct = ops.access.is_none().then(|| direct::Direct {
+        state: state.clone(),
+        cors: cors.clone(),
+        metrics: ops.metrics.clone(),
+        #[cfg(test)]
+        taken: Default::default(),
+    });
     // The layers wrap the dispatch once, not each route (see `dispatch`).
     App::new(
         tower::ServiceBuilder::new()
-            .layer(edge::Edge { cors: Arc::new(ops.cors), access: ops.access, metrics: ops.metrics })
+            .layer(edge::Edge { cors, access: ops.access, metrics: ops.metrics })
             .service(dispatch::Dispatch { streams: state, others }),
+        direct,
     )
 }
 

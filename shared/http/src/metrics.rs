@@ -58,9 +58,9 @@ pub(crate) struct Observation {
 }
 
 impl Observation {
-    pub(crate) fn begin(metrics: Arc<dyn Metrics>, class: &Class, req: &Request, start: Instant) -> Self {
+    pub(crate) fn begin(metrics: Arc<dyn Metrics>, class: &Class, method: &Method, start: Instant) -> Self {
         let live = class.live.map(|mode| LiveGuard::open(metrics.clone(), mode));
-        Self { metrics, route: class.route, method: req.method().clone(), start, live }
+        Self { metrics, route: class.route, method: method.clone(), start, live }
     }
 
     /// The response, its body wrapped to count bytes out and to report the

@@ -21,7 +21,12 @@ pub fn stream_path(uri: &Uri) -> Result<String, ApiError> {
 
 /// [`stream_path`], borrowed from the URI when nothing was encoded.
 pub(crate) fn stream_path_ref(uri: &Uri) -> Result<Cow<'_, str>, ApiError> {
-    let raw = uri.path().strip_prefix("/v1/stream/").unwrap_or_default();
+    decode_stream_path(uri.path().strip_prefix("/v1/stream/").unwrap_or_default())
+}
+
+/// The stream path from the part of a URI path after `/v1/stream/`:
+/// percent-decoded, and valid (`ds_protocol::path::validate`).
+pub(crate) fn decode_stream_path(raw: &str) -> Result<Cow<'_, str>, ApiError> {
     let decoded = if raw.contains('%') {
         Cow::Owned(
             percent_decode(raw)

@@ -91,18 +91,27 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
 /// hyper refuses a read buffer smaller than this (it panics).
 const HYPER_MIN_BUF: usize = 8192;
 
-/// Plain HTTP/1.1: [`serve_with`] and [`PlainTcp`].
 /// What a connection serves: an [`crate::App`], or any axum `Router`.
 pub trait AppService:
     Service<Request, Response = Response, Error = Infallible, Future: Send> + Clone + Send + 'static
 {
+    /// The protocol's own [`crate::App`], whose plain appends the HTTP/1.1
+    /// loop answers without building a `Request`; `None` for any other
+    /// service.
+    fn as_app(&self) -> Option<&crate::App> {
+        None
+    }
 }
 
-impl<S> AppService for S where
-    S: Service<Request, Response = Response, Error = Infallible, Future: Send> + Clone + Send + 'static
-{
+impl AppService for crate::App {
+    fn as_app(&self) -> Option<&crate::App> {
+        Some(self)
+    }
 }
 
+impl AppService for axum::Router {}
+
+/// Plain HTTP/1.1: [`serve_with`] and [`PlainTcp`].
 pub async fn serve(
     listener: TcpListener,
     app: impl AppService,

@@ -39,11 +39,11 @@ impl Target for Tcp {
     }
 }
 
-/// The router served in-process: each connection is an in-memory pipe whose
+/// The app served in-process: each connection is an in-memory pipe whose
 /// other end is served by `ds_http::serve_connection` (the real HTTP/1.1
-/// parser and connection limits, no socket).
+/// parsing and connection limits, no socket).
 pub struct InProcess {
-    pub router: axum::Router,
+    pub app: ds_http::App,
     pub limits: Arc<ds_http::ConnLimits>,
 }
 
@@ -51,7 +51,7 @@ impl Target for InProcess {
     fn connect(&self) -> Connecting<'_> {
         Box::pin(async move {
             let (client, server) = tokio::io::duplex(64 * 1024);
-            tokio::spawn(ds_http::serve_connection(server, self.router.clone(), Arc::clone(&self.limits)));
+            tokio::spawn(ds_http::serve_connection(server, self.app.clone(), Arc::clone(&self.limits)));
             Ok(Box::new(client) as Box<dyn Io>)
         })
     }

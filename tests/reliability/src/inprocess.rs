@@ -1,4 +1,4 @@
-//! The router over the memory substrate, served in-process through
+//! The app (what the local server serves) over the memory substrate, served in-process through
 //! `ds_http::serve_connection` (real HTTP/1.1 parsing, no socket), with a
 //! panic counter: a panic inside a handler only kills its connection's task,
 //! so it is counted here instead of being lost.
@@ -47,13 +47,14 @@ pub fn quick_limits() -> (ServiceConfig, ds_http::HttpConfig, ds_http::ConnLimit
     (service, http, conn)
 }
 
-/// The router over a fresh memory substrate, with [`quick_limits`].
+/// The app (what the local server serves) over a fresh memory substrate,
+/// with [`quick_limits`].
 pub fn memory_target() -> (InProcess, StreamService) {
     let (service_cfg, http, conn) = quick_limits();
     let (sub, due) = ds_store_memory::memory_substrate();
     let service = StreamService::new(sub, service_cfg);
     let svc = service.clone();
     tokio::spawn(async move { svc.run_expiry_loop(due).await });
-    let router = ds_http::router(service.clone(), http);
-    (InProcess { router, limits: Arc::new(conn) }, service)
+    let app = ds_http::app_with(service.clone(), http, ds_http::Operations::default());
+    (InProcess { app, limits: Arc::new(conn) }, service)
 }

@@ -1,0 +1,171 @@
+//! The append answered straight from the bytes the HTTP/1.1 loop read
+//! ([`crate::h1`]), without building an `http::Request` and a `Response`.
+//!
+//! Through the router, an append is a `Request` with a `HeaderMap` (every
+//! header line hashed and stored), a body wrapped twice (metrics, the size
+//! limit), three boxed futures (edge, route, handler), and a `Response`
+//! whose `HeaderMap` is filled and then written out again: callgrind put
+//! that at about a third of a 100 B append's instructions on the memory
+//! store. Here the same steps run on what was parsed: the append's
+//! headers read from the header lines ([`AppendHeaders::from_fields`]), the
+//! same [`append`] as the router's handler, and an [`Appended`] that the
+//! connection writes with the headers every response carries
+//! ([`crate::layers::decorations`]), the CORS answer, a tracing span and the
+//! metrics exchange, as the edge adds them.
+//!
+//! Only what is certainly a plain append comes here: a target of plain
+//! path characters (no query) under `/v1/stream/`, naming a stream that
+//! decodes and is not reserved, and no access control (its checks need the
+//! router's request). Everything else, errors in the path included, goes
+//! through the router as before. Errors found here (a bad header, 413, the
+//! service's) are rendered by the router's own code, and are observed and
+//! decorated as there. A test serves the same requests both ways and
+//! compares the bytes (`h1_tests.rs`).
+
+use std::future::Future;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::http::{Method, Version};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use tracing::Instrument;
+
+use crate::append::{append, AppendHeaders, Appended};
+use crate::classify::{Access, Class, APPEND_ROUTE};
+use crate::cors::{Cors, CorsAnswer};
+use crate::error::ApiError;
+use crate::metrics::{Exchange, Metrics, Observation};
+use crate::{dispatch, layers, AppState};
+
+/// What serves appends directly: the router's state and the edge's CORS
+/// and metrics.
+pub(crate) struct Direct {
+    pub state: AppState,
+    pub cors: Arc<Cors>,
+    pub metrics: Option<Arc<dyn Metrics>>,
+    /// How many requests were taken (to show in tests that they were).
+    #[cfg(test)]
+    pub taken: std::sync::atomic::AtomicUsize,
+}
+
+/// How a direct append was answered.
+pub(crate) enum Answer {
+    /// Appended: the answer, and the CORS headers it carries.
+    Appended(Appended, CorsAnswer),
+    /// Refused: the response the router would have given (decorated, and
+    /// observed when its body ends).
+    Full(Response),
+}
+
+impl Direct {
+    /// The answer to `POST target` with these header lines and `body`, or
+    /// `None` when the router must serve it (see the module docs).
+    pub(crate) fn append<'a>(
+        &'a self,
+        target: &'a str,
+        fields: impl Iterator<Item = (&'a [u8], &'a [u8])> + Clone + 'a,
+        body: Bytes,
+    ) -> Option<impl Future<Output = Answer> + 'a> {
+        let raw = target.strip_prefix("/v1/stream/")?;
+        if raw.is_empty() || !raw.bytes().all(plain_path_byte) {
+            return None;
+        }
+        let path = crate::request::decode_stream_path(raw).ok()?;
+        if ds_protocol::path::is_reserved(&path) {
+            return None;
+        }
+        #[cfg(test)]
+        self.taken.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let start = Instant::now();
+        // The edge's span, with the same fields.
+        let span = tracing::debug_span!("request", method = %Method::POST, uri = target, version = ?Version::HTTP_11);
+        let origin = fields.clone().find(|(name, _)| name.eq_ignore_ascii_case(b"origin")).map(|(_, value)| value);
+        let cors = self.cors.answer(&Method::POST, origin);
+        Some(
+            async move {
+                let (mut read, len, limit) = (false, body.len(), self.state.cfg.max_body_bytes);
+                // The body has arrived whole; what the router's size limit
+                // would say of it is said here.
+                let body = async {
+                    read = true;
+                    if len > limit {
+                        Err(ApiError::payload_too_large(limit))
+                    } else {
+                        Ok(body)
+                    }
+                };
+                let answered = match AppendHeaders::from_fields(fields) {
+                    Ok(hd) => append(&self.state, path.into_owned(), hd, body).await,
+                    Err(e) => Err(e),
+                };
+                // What the router's metrics count: the body, once read.
+                let bytes_in = if read { len as u64 } else { 0 };
+                match answered {
+                    Ok(appended) => {
+                        if let Some(m) = &self.metrics {
+                            m.exchange(&Exchange {
+                                route: APPEND_ROUTE,
+                                method: Method::POST,
+                                status: appended.status.as_u16(),
+                                latency: start.elapsed(),
+                                bytes_in,
+                                bytes_out: 0,
+                            });
+                        }
+                        Answer::Appended(appended, cors)
+                    }
+                    Err(e) => Answer::Full(self.refused(e, cors, start, bytes_in)),
+                }
+            }
+            .instrument(span),
+        )
+    }
+
+    /// The router's response to an append that failed with `e`.
+    fn refused(&self, e: ApiError, cors: CorsAnswer, start: Instant, bytes_in: u64) -> Response {
+        let mut resp = dispatch::answered(e.into_response()).unwrap_or_else(|e| match e {});
+        layers::decorate(&mut resp, cors);
+        if resp.status().is_server_error() {
+            tracing::error!(status = resp.status().as_u16(), latency = ?start.elapsed(), "response failed");
+        }
+        match &self.metrics {
+            Some(m) => {
+                let class = Class { route: APPEND_ROUTE, access: Access::Public, live: None };
+                Observation::begin(m.clone(), &class, &Method::POST, start)
+                    .finish(resp, Arc::new(AtomicU64::new(bytes_in)))
+            }
+            None => resp,
+        }
+    }
+}
+
+/// A byte of a path segment (RFC 3986 `pchar`) or `/`: a target made of
+/// these is its own path, as `http::Uri` would read it (no query, no
+/// fragment, nothing it would refuse).
+fn plain_path_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"-._~%!$&'()*+,;=:@/".contains(&b)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn plain_targets_are_their_own_uri_path() {
+        let plain = "/v1/stream/a-b_c.d~e/%2F!$&'()*+,;=:@";
+        assert!(plain.bytes().all(plain_path_byte));
+        let uri: http::Uri = plain.parse().unwrap();
+        assert_eq!(uri.path(), plain);
+        for other in ["/v1/stream/a?x=1", "/v1/stream/a#f", "/v1/stream/a b", "/v1/stream/\"", "/v1/stream/é", "/a\\b"]
+        {
+            assert!(!other.bytes().all(plain_path_byte), "{other}");
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "direct_tests.rs"]
+mod behaviour;

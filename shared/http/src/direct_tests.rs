@@ -1,0 +1,164 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use ds_core::{ServiceConfig, StreamService};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
+
+use crate::metrics::{Exchange, Metrics};
+use crate::serve::{serve_connection, ConnLimits};
+use crate::{App, Cors, HttpConfig, Operations};
+
+/// The exchanges an app reported, without their latency.
+#[derive(Default)]
+struct Seen(Mutex<Vec<String>>);
+
+impl Metrics for Seen {
+    fn exchange(&self, e: &Exchange) {
+        let line = format!("{} {} {} in={} out={}", e.route, e.method, e.status, e.bytes_in, e.bytes_out);
+        self.0.lock().unwrap().push(line);
+    }
+
+    fn live_readers(&self, _mode: &'static str, _delta: i64) {}
+}
+
+const ORIGIN: &str = "https://app.example";
+
+fn app(seen: Arc<Seen>) -> App {
+    let (sub, _due) = ds_store_memory::memory_substrate();
+    let service = StreamService::new(sub, ServiceConfig::default());
+    let ops = Operations {
+        cors: Cors::parse(ORIGIN).unwrap(),
+        metrics: Some(seen),
+        store_name: "memory",
+        ..Operations::default()
+    };
+    crate::app_with(service, HttpConfig { max_body_bytes: 16, ..HttpConfig::default() }, ops)
+}
+
+fn connect(app: App) -> DuplexStream {
+    let (client, server) = tokio::io::duplex(64 * 1024);
+    tokio::spawn(serve_connection(server, app, Arc::new(ConnLimits::default())));
+    client
+}
+
+/// One whole response, as bytes, with its `Date` line taken out (the only
+/// part that may differ between two servers).
+async fn exchange(conn: &mut DuplexStream, request: &[u8]) -> String {
+    conn.write_all(request).await.unwrap();
+    let mut got = Vec::new();
+    loop {
+        let mut slots = [httparse::EMPTY_HEADER; 32];
+        let mut resp = httparse::Response::new(&mut slots);
+        if let httparse::Status::Complete(head) = resp.parse(&got).unwrap() {
+            let len = resp
+                .headers
+                .iter()
+                .find(|h| h.name.eq_ignore_ascii_case("content-length"))
+                .map_or(0, |h| std::str::from_utf8(h.value).unwrap().parse::<usize>().unwrap());
+            if got.len() >= head + len {
+                assert_eq!(got.len(), head + len, "nothing after the response");
+                break;
+            }
+        }
+        let mut chunk = [0; 4096];
+        let n = tokio::time::timeout(Duration::from_secs(5), conn.read(&mut chunk)).await.expect("an answer").unwrap();
+        assert!(n > 0, "closed early: {:?}", String::from_utf8_lossy(&got));
+        got.extend_from_slice(&chunk[..n]);
+    }
+    let text = String::from_utf8(got).unwrap();
+    text.split_inclusive("\r\n").filter(|line| !line.starts_with("date: ")).collect()
+}
+
+/// A `POST`, with `content-type: text/plain` unless `headers` name one.
+fn post(target: &str, headers: &str, body: &[u8]) -> Vec<u8> {
+    let typed = if headers.to_ascii_lowercase().contains("content-type") { "" } else { "content-type: text/plain\r\n" };
+    let head = format!("POST {target} HTTP/1.1\r\nhost: h\r\n{typed}{headers}content-length: {}\r\n\r\n", body.len());
+    [head.as_bytes(), body].concat()
+}
+
+#[tokio::test]
+async fn a_direct_append_answers_byte_for_byte_as_the_router_does() {
+    let origin = format!("origin: {ORIGIN}\r\n");
+    let producer = |seq: u64| format!("producer-id: p\r\nproducer-epoch: 0\r\nproducer-seq: {seq}\r\n");
+    let requests: Vec<(Vec<u8>, u16)> = vec![
+        (
+            b"PUT /v1/stream/s HTTP/1.1\r\nhost: h\r\ncontent-type: text/plain\r\ncontent-length: 0\r\n\r\n".to_vec(),
+            201,
+        ),
+        (post("/v1/stream/s", "content-type: text/plain\r\n", b"a"), 204),
+        (post("/v1/stream/s", &origin, b"bb"), 204),
+        (post("/v1/stream/s", "Origin: https://other.example\r\n", b"c"), 204),
+        (post("/v1/stream/s", &producer(0), b"d"), 200),
+        (post("/v1/stream/s", &producer(0), b"d"), 204),
+        (post("/v1/stream/s", &format!("{}{origin}", producer(5)), b"e"), 409),
+        (post("/v1/stream/s", "content-type: application/json\r\n", b"{}"), 409),
+        (post("/v1/stream/s", "producer-id: caf\u{e9}\r\n", b"f"), 400),
+        (post("/v1/stream/s", "", b""), 400),
+        (post("/v1/stream/s", "Stream-Seq: 0002\r\n", b"g"), 204),
+        (post("/v1/stream/s", "stream-seq: 0001\r\n", b"h"), 409),
+        (post("/v1/stream/nope", "", b"i"), 404),
+        (post("/v1/stream/s%2Fx", "", b"j"), 404),
+        (post("/v1/stream/s?x=1", "", b"k"), 204),
+        (post("/v1/stream/a/../b", "", b"l"), 400),
+        (post("/v1/stream/__ds/subscriptions/x", "", b"m"), 501),
+        (post("/v1/stream/s", "stream-closed: true\r\n", b""), 204),
+        (post("/v1/stream/s", "stream-closed: true\r\n", b""), 204),
+        (post("/v1/stream/s", "", b"n"), 409),
+        // Past `max_body_bytes`: 413, and the connection closes.
+        (post("/v1/stream/s", "", &[b'x'; 17]), 413),
+    ];
+    let (seen_direct, seen_routed) = (Arc::new(Seen::default()), Arc::new(Seen::default()));
+    let served = app(seen_direct.clone());
+    let mut direct = connect(served.clone());
+    let mut routed = connect(app(seen_routed.clone()).without_direct());
+    for (request, status) in &requests {
+        let what = String::from_utf8_lossy(request);
+        let a = exchange(&mut direct, request).await;
+        let b = exchange(&mut routed, request).await;
+        assert!(a.starts_with(&format!("HTTP/1.1 {status} ")), "{what}\n{a}");
+        assert_eq!(a, b, "{what}");
+    }
+    assert!(direct.read_u8().await.is_err(), "closed after the 413");
+    assert!(routed.read_u8().await.is_err(), "closed after the 413");
+    // All but the `PUT` and the three targets the router must see.
+    let taken = served.direct().unwrap().taken.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(taken, requests.len() - 4);
+    let (a, b) = (seen_direct.0.lock().unwrap().clone(), seen_routed.0.lock().unwrap().clone());
+    assert_eq!(a.len(), requests.len());
+    assert_eq!(a, b);
+    assert_eq!(a[4], "stream_append POST 200 in=1 out=0");
+    assert!(a[8].starts_with("stream_append POST 400 in=0 out="), "a bad header: the body is not read: {}", a[8]);
+}
+
+#[test]
+fn what_is_served_directly() {
+    let app = app(Arc::new(Seen::default()));
+    let direct = app.direct().expect("no access control: appends are direct");
+    let none: [(&[u8], &[u8]); 0] = [];
+    let is_direct = |target| direct.append(target, none.into_iter(), bytes::Bytes::new()).is_some();
+    for yes in ["/v1/stream/s", "/v1/stream/a/b", "/v1/stream/s%2Fx", "/v1/stream/a:b@c"] {
+        assert!(is_direct(yes), "{yes}");
+    }
+    for no in [
+        "/v1/stream/",
+        "/v1/stream/s?x=1",
+        "/v1/stream/s#f",
+        "/v1/stream/a/../b",
+        "/v1/stream/%ff",
+        "/v1/stream/__ds/subscriptions/x",
+        "/v1/stream/a b",
+        "/v1/streams/a",
+        "/health",
+    ] {
+        assert!(!is_direct(no), "{no}");
+    }
+    let guarded = Operations {
+        access: Some(Arc::new(ds_auth::Authenticator::new(ds_auth::StaticTokens::default(), None))),
+        ..Operations::default()
+    };
+    let (sub, _due) = ds_store_memory::memory_substrate();
+    let app = crate::app_with(StreamService::new(sub, ServiceConfig::default()), HttpConfig::default(), guarded);
+    assert!(app.direct().is_none(), "access control needs the router's request");
+}
