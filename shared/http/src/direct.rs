@@ -22,6 +22,7 @@
 //! decorated as there. A test serves the same requests both ways and
 //! compares the bytes (`h1_tests.rs`).
 
+use std::borrow::Cow;
 use std::future::Future;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
@@ -36,46 +37,84 @@ use crate::append::{append, AppendHeaders, Appended};
 use crate::classify::{Access, Class, APPEND_ROUTE};
 use crate::cors::{Cors, CorsAnswer};
 use crate::error::ApiError;
+use crate::h1::put_header;
 use crate::metrics::{Exchange, Metrics, Observation};
 use crate::{dispatch, layers, AppState};
 
 /// What serves appends directly: the router's state and the edge's CORS
 /// and metrics.
 pub(crate) struct Direct {
-    pub state: AppState,
-    pub cors: Arc<Cors>,
-    pub metrics: Option<Arc<dyn Metrics>>,
+    state: AppState,
+    cors: Arc<Cors>,
+    metrics: Option<Arc<dyn Metrics>>,
+    /// The CORS answer to a request without `Origin` (what non-browser
+    /// clients send), and the headers after the append's own that go with
+    /// it, written out once: [`Self::put_common_headers`].
+    usual: (CorsAnswer, Vec<u8>),
     /// How many requests were taken (to show in tests that they were).
     #[cfg(test)]
     pub taken: std::sync::atomic::AtomicUsize,
 }
 
 /// How a direct append was answered.
-pub(crate) enum Answer {
-    /// Appended: the answer, and the CORS headers it carries.
-    Appended(Appended, CorsAnswer),
+pub(crate) enum Answer<'a> {
+    /// Appended: the answer, and the CORS headers it carries (for
+    /// [`Direct::put_common_headers`] of this one).
+    Appended(&'a Direct, Appended, CorsAnswer),
     /// Refused: the response the router would have given (decorated, and
     /// observed when its body ends).
     Full(Response),
 }
 
 impl Direct {
-    /// The answer to `POST target` with these header lines and `body`, or
-    /// `None` when the router must serve it (see the module docs).
-    pub(crate) fn append<'a>(
-        &'a self,
-        target: &'a str,
-        fields: impl Iterator<Item = (&'a [u8], &'a [u8])> + Clone + 'a,
-        body: Bytes,
-    ) -> Option<impl Future<Output = Answer> + 'a> {
+    pub(crate) fn new(state: AppState, cors: Arc<Cors>, metrics: Option<Arc<dyn Metrics>>) -> Self {
+        let answer = cors.answer(&Method::POST, None);
+        let mut block = Vec::new();
+        common_headers(&answer, &mut block);
+        Self {
+            state,
+            cors,
+            metrics,
+            usual: (answer, block),
+            #[cfg(test)]
+            taken: Default::default(),
+        }
+    }
+
+    /// Write the headers an appended answer carries after its own: what the
+    /// router's `dispatch::answered` and the edge add.
+    pub(crate) fn put_common_headers(&self, cors: &CorsAnswer, out: &mut Vec<u8>) {
+        let (usual, block) = &self.usual;
+        if cors == usual {
+            out.extend_from_slice(block);
+        } else {
+            common_headers(cors, out);
+        }
+    }
+
+    /// The stream path of a plain append to `target`, or `None` when the
+    /// router must serve it (see the module docs).
+    pub(crate) fn path<'a>(&self, target: &'a str) -> Option<Cow<'a, str>> {
         let raw = target.strip_prefix("/v1/stream/")?;
         if raw.is_empty() || !raw.bytes().all(plain_path_byte) {
             return None;
         }
         let path = crate::request::decode_stream_path(raw).ok()?;
-        if ds_protocol::path::is_reserved(&path) {
-            return None;
-        }
+        (!ds_protocol::path::is_reserved(&path)).then_some(path)
+    }
+
+    /// The answer to `POST target` (whose stream [`Self::path`] found) with
+    /// these header lines and `body`.
+    ///
+    /// Awaited where it is called: the future is large (the service's
+    /// append is inside it), and each move of it is a copy of all of it.
+    pub(crate) fn append<'a>(
+        &'a self,
+        target: &'a str,
+        path: Cow<'a, str>,
+        fields: impl Iterator<Item = (&'a [u8], &'a [u8])> + Clone + 'a,
+        body: Bytes,
+    ) -> impl Future<Output = Answer<'a>> + 'a {
         #[cfg(test)]
         self.taken.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let start = Instant::now();
@@ -83,44 +122,42 @@ impl Direct {
         let span = tracing::debug_span!("request", method = %Method::POST, uri = target, version = ?Version::HTTP_11);
         let origin = fields.clone().find(|(name, _)| name.eq_ignore_ascii_case(b"origin")).map(|(_, value)| value);
         let cors = self.cors.answer(&Method::POST, origin);
-        Some(
-            async move {
-                let (mut read, len, limit) = (false, body.len(), self.state.cfg.max_body_bytes);
-                // The body has arrived whole; what the router's size limit
-                // would say of it is said here.
-                let body = async {
-                    read = true;
-                    if len > limit {
-                        Err(ApiError::payload_too_large(limit))
-                    } else {
-                        Ok(body)
-                    }
-                };
-                let answered = match AppendHeaders::from_fields(fields) {
-                    Ok(hd) => append(&self.state, path.into_owned(), hd, body).await,
-                    Err(e) => Err(e),
-                };
-                // What the router's metrics count: the body, once read.
-                let bytes_in = if read { len as u64 } else { 0 };
-                match answered {
-                    Ok(appended) => {
-                        if let Some(m) = &self.metrics {
-                            m.exchange(&Exchange {
-                                route: APPEND_ROUTE,
-                                method: Method::POST,
-                                status: appended.status.as_u16(),
-                                latency: start.elapsed(),
-                                bytes_in,
-                                bytes_out: 0,
-                            });
-                        }
-                        Answer::Appended(appended, cors)
-                    }
-                    Err(e) => Answer::Full(self.refused(e, cors, start, bytes_in)),
+        async move {
+            let (mut read, len, limit) = (false, body.len(), self.state.cfg.max_body_bytes);
+            // The body has arrived whole; what the router's size limit
+            // would say of it is said here.
+            let body = async {
+                read = true;
+                if len > limit {
+                    Err(ApiError::payload_too_large(limit))
+                } else {
+                    Ok(body)
                 }
+            };
+            let answered = match AppendHeaders::from_fields(fields) {
+                Ok(hd) => append(&self.state, path.into_owned(), hd, body).await,
+                Err(e) => Err(e),
+            };
+            // What the router's metrics count: the body, once read.
+            let bytes_in = if read { len as u64 } else { 0 };
+            match answered {
+                Ok(appended) => {
+                    if let Some(m) = &self.metrics {
+                        m.exchange(&Exchange {
+                            route: APPEND_ROUTE,
+                            method: Method::POST,
+                            status: appended.status.as_u16(),
+                            latency: start.elapsed(),
+                            bytes_in,
+                            bytes_out: 0,
+                        });
+                    }
+                    Answer::Appended(self, appended, cors)
+                }
+                Err(e) => Answer::Full(self.refused(e, cors, start, bytes_in)),
             }
-            .instrument(span),
-        )
+        }
+        .instrument(span)
     }
 
     /// The router's response to an append that failed with `e`.
@@ -139,6 +176,12 @@ impl Direct {
             None => resp,
         }
     }
+}
+
+fn common_headers(cors: &CorsAnswer, out: &mut Vec<u8>) {
+    // As the router's `dispatch::answered` sets it on an empty body.
+    put_header(out, b"content-length", b"0");
+    layers::decorations(cors, |name, value| put_header(out, name.as_str().as_bytes(), value.as_bytes()));
 }
 
 /// A byte of a path segment (RFC 3986 `pchar`) or `/`: a target made of

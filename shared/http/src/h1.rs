@@ -18,7 +18,7 @@
 //! decides what a strange request means, and answers the errors (`400`,
 //! `431`) as it always has.
 
-use std::future::Future;
+use std::borrow::Cow;
 use std::io::{self, Write};
 use std::mem::MaybeUninit;
 use std::ops::Range;
@@ -30,7 +30,6 @@ use axum::body::Body;
 use axum::extract::Request;
 use axum::response::Response;
 use bytes::{Buf, Bytes, BytesMut};
-use futures::future::{Fuse, FusedFuture};
 use futures::FutureExt;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, StatusCode, Uri, Version};
@@ -42,8 +41,7 @@ use tower::ServiceExt;
 use crate::append::Appended;
 use crate::conn_guard::{Busy, Phase};
 use crate::cors::CorsAnswer;
-use crate::direct::Answer;
-use crate::layers::decorations;
+use crate::direct::{Answer, Direct};
 use crate::serve::{AppService, ConnLimits};
 
 /// hyper's limit on an HTTP/1.1 request's header lines; past it, hyper answers `431`.
@@ -82,6 +80,9 @@ where
     IO: AsyncRead + AsyncWrite + Unpin,
     A: AppService,
 {
+    // For a look at whether the server is stopping, without a wait: a poll
+    // of `stopped` between requests would re-register its waker each time.
+    let flag = stop.clone();
     // One wait for the whole connection (a wait per request would register
     // with the channel every time).
     let mut stopped = pin!(shutdown(stop.as_mut()).fuse());
@@ -107,12 +108,15 @@ where
                     Parse::Partial => {}
                     Parse::Theirs => return handoff(io, buf.freeze(), "not a plain request"),
                 }
-            } else if stopping(&mut stopped) {
+            } else if stopping(flag.as_ref()) {
                 return End::Closed;
             }
             let read = if buf.is_empty() {
                 // Idle between requests: shutting down closes the connection.
+                // The read first: woken by the socket, the wait for shutdown
+                // is not polled again.
                 tokio::select! {
+                    biased;
                     read = read_some(&mut io, &mut buf) => read,
                     () = &mut stopped => return End::Closed,
                 }
@@ -126,8 +130,8 @@ where
         };
 
         let bytes = buf.split().freeze();
-        let next = match direct(&app, &bytes, &head, &fields) {
-            Some(append) => Next::Direct(append),
+        let next = match direct(&app, &bytes, &head) {
+            Some((direct, target, path)) => Next::Direct(direct, target, path),
             None => match request(&bytes, &head, &fields) {
                 Some(req) => Next::Routed(req),
                 // (A clone: the match holds a borrow of `bytes`; a count, not a copy.)
@@ -139,12 +143,18 @@ where
 
         let busy = Busy::begin(Arc::clone(phase));
         let answer = match next {
-            Next::Direct(append) => append.await,
+            Next::Direct(direct, target, path) => {
+                let lines = fields.iter().map(|f| (&bytes[f.name.clone()], &bytes[f.value.clone()]));
+                let body = bytes.slice(head.len..head.len + head.body_len);
+                direct.append(target, path, lines, body).await
+            }
             Next::Routed(req) => Answer::Full(app.clone().oneshot(req).await.unwrap_or_else(|e| match e {})),
         };
-        let close = head.close || stopping(&mut stopped);
+        let close = head.close || stopping(flag.as_ref());
         let written = match answer {
-            Answer::Appended(appended, cors) => appended_answer(&mut io, &mut out, &appended, &cors, close).await,
+            Answer::Appended(direct, appended, cors) => {
+                appended_answer(&mut io, &mut out, direct, &appended, &cors, close).await
+            }
             Answer::Full(resp) => respond(&mut io, &mut out, resp, close).await,
         };
         drop(busy);
@@ -159,35 +169,9 @@ where
     }
 }
 
-/// How [`serve`] will answer a request it read.
-// Held on the stack for one request, never moved around: boxing the larger
-// variant would only add an allocation to every routed request.
-#[allow(clippy::large_enum_variant)]
-enum Next<D> {
-    /// An append, answered directly ([`crate::direct`]).
-    Direct(D),
-    /// Anything else, by the app's router.
-    Routed(Request),
-}
-
-/// The request as a direct append of the app's, if it is one.
-fn direct<'a, A: AppService>(
-    app: &'a A,
-    bytes: &'a Bytes,
-    head: &Head,
-    fields: &'a [Field],
-) -> Option<impl Future<Output = Answer> + 'a> {
-    let direct = app.as_app()?.direct()?;
-    if head.method != Method::POST {
-        return None;
-    }
-    let target = std::str::from_utf8(&bytes[head.target.clone()]).ok()?;
-    let lines = fields.iter().map(|f| (&bytes[f.name.clone()], &bytes[f.value.clone()]));
-    direct.append(target, lines, bytes.slice(head.len..head.len + head.body_len))
-}
-
-fn stopping<F: Future<Output = ()>>(stopped: &mut Pin<&mut Fuse<F>>) -> bool {
-    stopped.is_terminated() || stopped.as_mut().now_or_never().is_some()
+/// Whether the server is shutting down (or gone, as [`shutdown`] takes it).
+fn stopping(stop: Option<&watch::Receiver<bool>>) -> bool {
+    stop.is_some_and(|stop| stop.has_changed().is_err() || *stop.borrow())
 }
 
 fn handoff<IO>(io: IO, read: Bytes, why: &'static str) -> End<IO> {
@@ -211,6 +195,26 @@ async fn read_some<IO: AsyncRead + Unpin>(io: &mut IO, buf: &mut BytesMut) -> io
         buf.reserve(READ_CHUNK);
     }
     io.read_buf(buf).await
+}
+
+/// How [`serve`] will answer a request it read.
+enum Next<'a> {
+    /// An append, answered directly ([`crate::direct`]): to this target and
+    /// stream.
+    Direct(&'a Direct, &'a str, Cow<'a, str>),
+    /// Anything else, by the app's router.
+    Routed(Request),
+}
+
+/// The request as a direct append of the app's, if it is one: what serves
+/// it, its target and its stream.
+fn direct<'a, A: AppService>(app: &'a A, bytes: &'a Bytes, head: &Head) -> Option<(&'a Direct, &'a str, Cow<'a, str>)> {
+    let direct = app.as_app()?.direct()?;
+    if head.method != Method::POST {
+        return None;
+    }
+    let target = std::str::from_utf8(&bytes[head.target.clone()]).ok()?;
+    Some((direct, target, direct.path(target)?))
 }
 
 /// A request head that [`serve`] answers itself.
@@ -324,15 +328,14 @@ fn request(bytes: &Bytes, head: &Head, fields: &[Field]) -> Option<Request> {
 async fn appended_answer<IO: AsyncWrite + Unpin>(
     io: &mut IO,
     out: &mut Vec<u8>,
+    direct: &Direct,
     appended: &Appended,
     cors: &CorsAnswer,
     close: bool,
 ) -> io::Result<bool> {
     status_line(out, appended.status);
     appended.each_header(|name, value| put_header(out, name.as_str().as_bytes(), value));
-    // As the router's `dispatch::answered` sets it.
-    put_header(out, b"content-length", b"0");
-    decorations(cors, |name, value| put_header(out, name.as_str().as_bytes(), value.as_bytes()));
+    direct.put_common_headers(cors, out);
     crate::date::with(|d| put_header(out, b"date", d));
     if close {
         put_header(out, b"connection", b"close");
@@ -441,7 +444,7 @@ fn has_close(value: &[u8]) -> bool {
     value.split(|&b| b == b',').any(|token| token.trim_ascii().eq_ignore_ascii_case(b"close"))
 }
 
-fn put_header(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+pub(crate) fn put_header(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
     out.extend_from_slice(name);
     out.extend_from_slice(b": ");
     out.extend_from_slice(value);

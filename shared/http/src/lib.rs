@@ -167,13 +167,7 @@ pub fn app_with(service: StreamService, cfg: HttpConfig, ops: Operations) -> App
     }
     let cors = Arc::new(ops.cors);
     // Access control needs the router's request (see `direct`).
-    let direct = ops.access.is_none().then(|| direct::Direct {
-        state: state.clone(),
-        cors: cors.clone(),
-        metrics: ops.metrics.clone(),
-        #[cfg(test)]
-        taken: Default::default(),
-    });
+    let direct = ops.access.is_none().then(|| direct::Direct::new(state.clone(), cors.clone(), ops.metrics.clone()));
     // The layers wrap the dispatch once, not each route (see `dispatch`).
     App::new(
         tower::ServiceBuilder::new()
