@@ -297,10 +297,13 @@ fn parse(buf: &[u8], max_head: usize, fields: &mut Vec<Field>) -> Parse {
 
 /// A `Content-Length` value: digits only, as hyper reads it for one value.
 fn content_length(value: &[u8]) -> Option<usize> {
-    if value.is_empty() || value.len() > 19 || !value.iter().all(u8::is_ascii_digit) {
+    if value.is_empty() || value.len() > 19 {
         return None;
     }
-    std::str::from_utf8(value).ok()?.parse().ok()
+    value.iter().try_fold(0usize, |n, &b| match b {
+        b'0'..=b'9' => n.checked_mul(10)?.checked_add(usize::from(b - b'0')),
+        _ => None,
+    })
 }
 
 /// The request, its target and header values slices of the bytes read (no

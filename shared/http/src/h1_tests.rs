@@ -64,6 +64,17 @@ fn what_hyper_must_decide_is_theirs() {
 }
 
 #[test]
+fn content_lengths_are_digits_only() {
+    let max = usize::try_from(9_999_999_999_999_999_999u64).unwrap();
+    for (value, want) in [("0", Some(0)), ("42", Some(42)), ("007", Some(7)), ("9999999999999999999", Some(max))] {
+        assert_eq!(content_length(value.as_bytes()), want, "{value:?}");
+    }
+    for value in ["", "+1", "-1", "1 ", "1,1", "1a", "0x10", "12345678901234567890", "\u{663}"] {
+        assert_eq!(content_length(value.as_bytes()), None, "{value:?}");
+    }
+}
+
+#[test]
 fn an_incomplete_head_waits_until_it_is_too_large() {
     assert_eq!(parsed("POST /a HTTP/1.1\r\nContent-Le"), Parse::Partial);
     assert_eq!(parsed("PO"), Parse::Partial);
