@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# 100,000 generated adversarial requests against the router in-process (memory
+# 100,000 generated adversarial requests against the app in-process (memory
 # store), and 10,000 each against the server binary over TCP (memory, local).
 # Seeds and counts: DS_FUZZ_SEED, DS_FUZZ_REQUESTS, DS_FUZZ_SERVER_REQUESTS.
 set -euo pipefail
