@@ -167,3 +167,92 @@ fn what_is_served_directly() {
     let app = crate::app_with(StreamService::new(sub, ServiceConfig::default()), HttpConfig::default(), guarded);
     assert!(app.direct().is_none(), "access control needs the router's request");
 }
+
+/// One random append: mostly valid (the stream's content type, whole
+/// producer triples, JSON bodies for the JSON stream), with every kind of
+/// refusal mixed in (mismatched or missing headers, bad values, closed
+/// streams, bodies over the limit, unknown streams).
+fn random_append(rng: &mut impl rand::Rng) -> Vec<u8> {
+    let (target, own_type, bodies): (&str, &str, &[&str]) = match rng.gen_range(0..10) {
+        0..=3 => ("/v1/stream/t", "text/plain", &["a", "hello", "0123456789"]),
+        4..=6 => ("/v1/stream/j", "application/json", &["{}", "[1,2]", "[]", "{\"k\":", "3"]),
+        7..=8 => ("/v1/stream/a%2Fb", "application/octet-stream", &["x", "yz"]),
+        _ => ("/v1/stream/missing", "text/plain", &["a"]),
+    };
+    let mut headers = String::new();
+    match rng.gen_range(0..10) {
+        0..=6 => headers.push_str(&format!("Content-Type: {own_type}\r\n")),
+        7 => headers.push_str("content-type: application/json\r\n"),
+        8 => headers.push_str("content-type: text/plain\r\n"),
+        _ => {}
+    }
+    match rng.gen_range(0..20) {
+        0..=7 => {}
+        8..=18 => headers.push_str(&format!(
+            "producer-id: p{}\r\nProducer-Epoch: {}\r\nproducer-seq: {}\r\n",
+            rng.gen_range(1..3),
+            rng.gen_range(0..2),
+            rng.gen_range(0..4)
+        )),
+        _ => headers.push_str("producer-id: p1\r\nproducer-epoch: x\r\n"),
+    }
+    if rng.gen_bool(0.2) {
+        headers.push_str(&format!("Stream-Seq: {:03}\r\n", rng.gen_range(0..40)));
+    }
+    if rng.gen_bool(0.2) {
+        headers.push_str(if rng.gen_bool(0.5) {
+            "origin: https://app.example\r\n"
+        } else {
+            "Origin: https://b.example\r\n"
+        });
+    }
+    if rng.gen_bool(0.03) {
+        headers.push_str("x-other: caf\u{e9}\r\nproducer-id: caf\u{e9}\r\n");
+    }
+    let body = match rng.gen_range(0..40) {
+        0 => "0123456789abcdefXYZ",
+        1 => "",
+        _ => bodies[rng.gen_range(0..bodies.len())],
+    };
+    if rng.gen_bool(0.005) {
+        headers.push_str("stream-closed: true\r\n");
+    }
+    post(target, &headers, body.as_bytes())
+}
+
+#[tokio::test]
+async fn random_appends_are_answered_alike_both_ways() {
+    use rand::SeedableRng;
+    let creates: [&[u8]; 3] = [
+        b"PUT /v1/stream/t HTTP/1.1\r\nhost: h\r\ncontent-type: text/plain\r\ncontent-length: 0\r\n\r\n",
+        b"PUT /v1/stream/j HTTP/1.1\r\nhost: h\r\ncontent-type: application/json\r\ncontent-length: 0\r\n\r\n",
+        b"PUT /v1/stream/a%2Fb HTTP/1.1\r\nhost: h\r\ncontent-length: 0\r\n\r\n",
+    ];
+    for seed in 0..4u64 {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let (seen_direct, seen_routed) = (Arc::new(Seen::default()), Arc::new(Seen::default()));
+        let served = app(seen_direct.clone());
+        let routed_app = app(seen_routed.clone()).without_direct();
+        let (mut direct, mut routed) = (connect(served.clone()), connect(routed_app.clone()));
+        for create in creates {
+            assert_eq!(exchange(&mut direct, create).await, exchange(&mut routed, create).await);
+        }
+        for i in 0..300 {
+            let request = random_append(&mut rng);
+            let a = exchange(&mut direct, &request).await;
+            let b = exchange(&mut routed, &request).await;
+            assert_eq!(a, b, "seed {seed}, request {i}: {}", String::from_utf8_lossy(&request));
+            if a.contains("\r\nconnection: close\r\n") {
+                (direct, routed) = (connect(served.clone()), connect(routed_app.clone()));
+            }
+        }
+        let seen = seen_direct.0.lock().unwrap().clone();
+        assert_eq!(seen, *seen_routed.0.lock().unwrap(), "seed {seed}: the metrics");
+        let with = |status: &str| seen.iter().filter(|e| e.contains(&format!(" POST {status} "))).count();
+        for status in ["200", "204", "400", "404", "409", "413"] {
+            assert!(with(status) >= 5, "seed {seed}: {status} answered {} times: {seen:?}", with(status));
+        }
+        let taken = served.direct().unwrap().taken.load(std::sync::atomic::Ordering::Relaxed);
+        assert!(taken > 250, "seed {seed}: most appends were direct ({taken})");
+    }
+}
