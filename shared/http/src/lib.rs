@@ -3,6 +3,11 @@
 //! operator API at `/v1/processors` (`processors.rs`). The local server
 //! serves the [`App`] itself; the Lambda function and tests take it wrapped
 //! in an axum [`Router`] ([`router_with`]).
+//!
+//! Connections ([`serve`]): plain HTTP/1.1 requests are parsed by `h1.rs`,
+//! and the appends among them answered without the `http` types
+//! (`direct.rs`, the same append code as the router's handler); hyper
+//! serves everything else.
 
 mod access;
 mod app;
