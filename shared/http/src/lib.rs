@@ -4,7 +4,7 @@
 //! serves the [`App`] itself; the Lambda function and tests take it wrapped
 //! in an axum [`Router`] ([`router_with`]).
 //!
-//! Connections ([`serve`]): plain HTTP/1.1 requests are parsed by `h1.rs`,
+//! Connections ([`serve()`]): plain HTTP/1.1 requests are parsed by `h1.rs`,
 //! and the appends among them answered without the `http` types
 //! (`direct.rs`, the same append code as the router's handler); hyper
 //! serves everything else.

@@ -1,11 +1,11 @@
 //! The server loop: accept, hand each connection to its own task (the TLS
 //! handshake, if any, runs there under the header-read timeout), serve it
-//! under [`ConnLimits`] (HTTP/1.1: plain requests by [`crate::h1`], the rest
+//! under [`ConnLimits`] (HTTP/1.1: plain requests by `h1.rs`, the rest
 //! and HTTP/2 by hyper), shut down gracefully.
 //!
 //! `axum::serve` sets no timer, so a connection that sends half a request
 //! head, or nothing at all, or never reads its response, is held forever.
-//! Here every connection's socket is guarded (see [`crate::conn_guard`]): a
+//! Here every connection's socket is guarded (see `conn_guard.rs`): a
 //! read or write that waits past the deadline of the connection's phase
 //! fails and the connection is dropped. A request's body has its own
 //! inactivity limit in the handlers ([`crate::HttpConfig`]).
@@ -124,7 +124,7 @@ pub async fn serve(
 /// Accept connections on `listener` and serve `app` on each until `shutdown`
 /// completes; then stop accepting, let every connection finish its request
 /// in progress (idle ones close at once), and return when all are closed
-/// or [`SHUTDOWN_GRACE`] has passed.
+/// or `SHUTDOWN_GRACE` (30 s) has passed.
 pub async fn serve_with<H: Handshake>(
     listener: TcpListener,
     app: impl AppService,
