@@ -96,7 +96,7 @@ impl Direct {
     /// The stream path of a plain append to `target`, or `None` when the
     /// router must serve it (see the module docs).
     pub(crate) fn path<'a>(&self, target: &'a str) -> Option<Cow<'a, str>> {
-        let raw = target.strip_prefix("/v1/stream/")?;
+        let raw = target.strip_prefix(dispatch::STREAM_PREFIX)?;
         if raw.is_empty() || !raw.bytes().all(plain_path_byte) {
             return None;
         }

@@ -25,7 +25,7 @@ use tower::Service;
 use crate::{handlers, AppState};
 
 /// Stream paths start with this and go on (`/v1/stream/` alone is not one).
-const STREAM_PREFIX: &str = "/v1/stream/";
+pub(crate) const STREAM_PREFIX: &str = "/v1/stream/";
 
 #[derive(Clone)]
 // `pub` (in a private module) only because [`crate::App`]'s future type names it.

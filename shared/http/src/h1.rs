@@ -5,9 +5,11 @@
 //! (its dispatcher's state machine, a body channel between the connection and
 //! the handler, a read buffer given away with every request) costs more
 //! instructions than the append itself. This loop serves that request, and
-//! `PUT` alike, with one parse (httparse, as hyper), a request built straight
-//! from the read buffer's bytes, and one write of the response; the same
-//! [`AppService`] answers it.
+//! `PUT` alike, with one parse (httparse, as hyper) and one write of the
+//! response. An append of the protocol's own [`crate::App`] is answered
+//! straight from the parsed bytes ([`crate::direct`]); any other such
+//! request is built from the read buffer's bytes (no copies) and answered by
+//! the [`AppService`].
 //!
 //! Anything else it does not try to serve: another method, HTTP/1.0, a head
 //! httparse refuses or that is too large, `Transfer-Encoding`, `Expect`,
