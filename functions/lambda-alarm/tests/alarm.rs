@@ -179,7 +179,7 @@ async fn alarm_rearms_when_a_sliding_ttl_moved_the_deadline() {
     sleep_past(at_ms(&input), -1_000).await;
     web.read(read(&path)).await.expect("read");
     web.append(AppendRequest {
-        path: path.clone(),
+        path: path.as_str().into(),
         content_type: Some("text/plain".into()),
         body: Bytes::from_static(b"+"),
         close: false,

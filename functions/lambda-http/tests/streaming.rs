@@ -173,7 +173,7 @@ async fn sse_streams_framed_events_incrementally_through_the_runtime() {
     //    still-open response.
     let before_append = Instant::now();
     let append = |body: &'static [u8], close: bool| AppendRequest {
-        path: path.clone(),
+        path: path.as_str().into(),
         content_type: Some("text/plain".into()),
         body: Bytes::from_static(body),
         close,

@@ -100,9 +100,12 @@ impl MetaCond {
 }
 
 /// The net effect of a commit on one stream's meta record.
+// Not boxed: a commit has one or two of these, moved once into the write
+// set, and a box is an allocation on every append.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq)]
 pub enum MetaEffect {
-    Put(Box<StreamMeta>),
+    Put(StreamMeta),
     Delete,
     /// Net no-op (created and deleted in one commit): only the precondition
     /// is checked.
@@ -187,7 +190,17 @@ impl NetWrites {
     /// strings and bytes move into the writes instead of being copied (this
     /// runs on every append).
     pub fn fold(commit: Commit) -> Result<Self, StoreError> {
-        let mut out = Self::default();
+        // Sized for the usual commit (one meta, at most one chunk), so
+        // neither vector grows in steps.
+        let (mut metas, mut chunks) = (0, 0);
+        for op in &commit.ops {
+            match op {
+                Op::PutMeta { .. } | Op::DeleteStream { .. } => metas += 1,
+                Op::PutChunk { .. } => chunks += 1,
+                Op::PutRecord { .. } | Op::PutProducer { .. } => {}
+            }
+        }
+        let mut out = Self { metas: Vec::with_capacity(metas), chunks: Vec::with_capacity(chunks), ..Self::default() };
         for op in commit.ops {
             match op {
                 Op::PutMeta { meta, expect } => out.fold_put_meta(meta, expect)?,
@@ -239,13 +252,13 @@ impl NetWrites {
         match self.staged(&meta.path) {
             None => {
                 let path = meta.path.clone();
-                self.metas.push(MetaWrite { path, cond, effect: MetaEffect::Put(Box::new(meta)) });
+                self.metas.push(MetaWrite { path, cond, effect: MetaEffect::Put(meta) });
             }
             Some(i) => {
                 if !cond.holds(staged_state(&self.metas[i])) {
                     return Err(StoreError::Conflict);
                 }
-                self.metas[i].effect = MetaEffect::Put(Box::new(meta));
+                self.metas[i].effect = MetaEffect::Put(meta);
             }
         }
         Ok(())

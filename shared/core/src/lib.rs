@@ -14,10 +14,12 @@
 pub mod contract;
 pub mod fold;
 pub mod model;
+mod pending;
 pub mod read_cache;
 pub mod service;
 pub mod substrate;
 
 pub use model::*;
+pub use pending::{PendingCommit, TrySubmit};
 pub use service::*;
 pub use substrate::*;

@@ -226,6 +226,11 @@ impl Commit {
         Self::default()
     }
 
+    /// A commit with room for `ops` ops (no regrowth while it is built).
+    pub fn with_capacity(ops: usize) -> Self {
+        Self { ops: Vec::with_capacity(ops) }
+    }
+
     pub fn push(&mut self, op: Op) -> &mut Self {
         self.ops.push(op);
         self

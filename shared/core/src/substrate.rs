@@ -29,6 +29,7 @@ use bytes::Bytes;
 use tokio::time::Instant;
 
 use crate::model::{Chunk, Commit, ProducerState, Record, StreamMeta, TailSignal};
+use crate::{PendingCommit, TrySubmit};
 
 /// The length of a [`StreamStore::read_contiguous`] range a store may
 /// answer: non-empty and within the budget; `None` for any other range.
@@ -129,6 +130,13 @@ pub trait StreamStore: Send + Sync + 'static {
         self.read_meta(stream).await
     }
 
+    /// [`Self::read_meta_for_update`] when the store can answer without
+    /// waiting (from memory, or its cache): the same answer, without the
+    /// boxed future of an async call. `None` (the default): it would wait.
+    fn try_read_meta_for_update(&self, _stream: &StreamHandle) -> Option<Result<Option<StreamMeta>, StoreError>> {
+        None
+    }
+
     /// A producer's state for *planning a mutation*; same caching rules as
     /// [`Self::read_meta_for_update`]. Every producer write bumps the meta
     /// version in the same commit, so the meta precondition also catches a
@@ -172,7 +180,15 @@ pub trait StreamStore: Send + Sync + 'static {
     /// returning, which is trivially ordered.
     async fn submit(&self, commit: Commit) -> Result<PendingCommit, StoreError> {
         self.commit(commit).await?;
-        Ok(Box::pin(std::future::ready(Ok(()))))
+        Ok(PendingCommit::done(Ok(())))
+    }
+
+    /// [`Self::submit`] for a store whose submission never waits (the
+    /// in-process stores: memory applies the commit, local hands it to its
+    /// writer): the same answer, without the boxed future of an async call
+    /// on every append. The default says it would wait.
+    fn try_submit(&self, commit: Commit) -> TrySubmit {
+        TrySubmit::WouldWait(commit)
     }
 
     /// Record an access for the sliding TTL: set the meta's `touched_at_ms` to
@@ -203,9 +219,6 @@ pub trait StreamStore: Send + Sync + 'static {
         limit: usize,
     ) -> Result<Vec<StreamMeta>, StoreError>;
 }
-
-/// A commit handed to [`StreamStore::submit`], resolving when durable.
-pub type PendingCommit = futures::future::BoxFuture<'static, Result<(), StoreError>>;
 
 /// Held while a stream's critical section runs; dropping it releases the lock.
 #[must_use = "dropping the guard releases the stream's lock"]
@@ -278,8 +291,11 @@ pub trait StreamMutex: Send + Sync + 'static {
 /// after `subscribe` returned (the core subscribes, then reads the store, then
 /// waits — so nothing falls in between).
 pub trait StreamHub: Send + Sync + 'static {
-    /// Tell this stream's waiters about a committed change.
-    fn publish(&self, path: &str, signal: TailSignal);
+    /// Tell this stream's waiters about a committed change. Takes the
+    /// handle the change was made through (a detached one for another
+    /// stream), so a substrate reaches the stream's waiters without looking
+    /// its path up again.
+    fn publish(&self, stream: &StreamHandle, signal: TailSignal);
     /// Start watching the stream. Subscribe *before* reading the store.
     fn subscribe(&self, stream: &StreamHandle) -> Box<dyn HubSubscription>;
 }

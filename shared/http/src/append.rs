@@ -5,6 +5,7 @@
 //! ([`crate::direct`]). The answer lists its headers once
 //! ([`Appended::each_header`]) for both to render.
 
+use std::borrow::Cow;
 use std::future::Future;
 
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
@@ -94,14 +95,14 @@ pub(crate) struct Appended {
 /// are read (a bad header is answered without reading it).
 pub(crate) async fn append(
     app: &AppInner,
-    path: String,
+    path: Cow<'_, str>,
     hd: AppendHeaders<'_>,
     body: impl Future<Output = Result<Bytes, ApiError>>,
 ) -> Result<Appended, ApiError> {
     let producer = parse_producer(hd.producer_id, hd.producer_epoch, hd.producer_seq)?;
     let request = AppendRequest {
         path,
-        content_type: hd.content_type.map(str::to_owned),
+        content_type: hd.content_type.map(Cow::Borrowed),
         close: is_stream_closed(hd.stream_closed),
         seq: hd.stream_seq.map(str::to_owned),
         producer,

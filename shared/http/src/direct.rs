@@ -136,7 +136,7 @@ impl Direct {
                 }
             };
             let answered = match AppendHeaders::from_fields(fields) {
-                Ok(hd) => append(&self.state, path.into_owned(), hd, body).await,
+                Ok(hd) => append(&self.state, path, hd, body).await,
                 Err(e) => Err(e),
             };
             // What the router's metrics count: the body, once read.

@@ -155,7 +155,7 @@ async fn post(app: AppState, path: String, req: Request) -> ApiResult {
     let (parts, raw) = req.into_parts();
     let hd = AppendHeaders::read(&parts.headers)?;
     let body = body(raw, app.cfg.max_body_bytes, app.cfg.body_read_timeout);
-    Ok(append(&app, path, hd, body).await?.into_response())
+    Ok(append(&app, path.into(), hd, body).await?.into_response())
 }
 
 async fn head(app: AppState, path: String) -> ApiResult {

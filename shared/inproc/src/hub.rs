@@ -33,10 +33,10 @@ impl InProcHub {
 }
 
 impl StreamHub for InProcHub {
-    fn publish(&self, path: &str, signal: TailSignal) {
-        // No live context, or a context no reader ever subscribed to (no
+    fn publish(&self, stream: &StreamHandle, signal: TailSignal) {
+        // No context, or a context no reader ever subscribed to (no
         // channel): nobody to wake.
-        let Some(ctx) = self.registry.existing(path) else {
+        let Some(ctx) = self.registry.carried(stream).or_else(|| self.registry.existing(stream.path())) else {
             return;
         };
         let Some(signal_tx) = ctx.signal.get() else {
@@ -129,11 +129,11 @@ mod tests {
         let registry = Arc::new(InProcRegistry::new());
         let hub = InProcHub::new(Arc::clone(&registry));
         let held = registry.enter("p");
-        hub.publish("p", sig("a", 5));
+        hub.publish(&StreamHandle::detached("p"), sig("a", 5));
         let ctx = registry.existing("p").unwrap();
         assert!(ctx.signal.get().is_none(), "no reader, no channel");
         let mut sub = hub.subscribe(&held);
-        hub.publish("p", sig("a", 9));
+        hub.publish(&StreamHandle::detached("p"), sig("a", 9));
         let deadline = Instant::now() + std::time::Duration::from_secs(5);
         assert!(sub.changed(&sig("a", 5), deadline).await);
     }
@@ -147,13 +147,13 @@ mod tests {
         let hub = InProcHub::new(Arc::clone(&registry));
         let held = registry.enter("p");
         drop(hub.subscribe(&held));
-        hub.publish("p", sig("a", 5));
+        hub.publish(&StreamHandle::detached("p"), sig("a", 5));
         let ctx = registry.existing("p").unwrap();
         assert_eq!(ctx.signal.get().map(|tx| tx.borrow().clone()), Some(Some(sig("a", 5))));
         let mut sub = hub.subscribe(&held);
         let soon = Instant::now() + std::time::Duration::from_millis(50);
         assert!(!sub.changed(&sig("a", 5), soon).await, "nothing new since it subscribed");
-        hub.publish("p", sig("a", 7));
+        hub.publish(&StreamHandle::detached("p"), sig("a", 7));
         let deadline = Instant::now() + std::time::Duration::from_secs(5);
         assert!(sub.changed(&sig("a", 5), deadline).await);
     }
@@ -162,7 +162,7 @@ mod tests {
     async fn stale_publish_does_not_wake_a_reader_that_saw_more() {
         let hub = InProcHub::new(Arc::new(InProcRegistry::new()));
         let mut sub = hub.subscribe(&StreamHandle::detached("p"));
-        hub.publish("p", sig("a", 5));
+        hub.publish(&StreamHandle::detached("p"), sig("a", 5));
         let deadline = Instant::now() + std::time::Duration::from_millis(50);
         assert!(!sub.changed(&sig("a", 5), deadline).await);
     }

@@ -2,57 +2,50 @@
 //! mutex and hub (portable-architecture §5, "RcMap per key").
 //!
 //! A [`StreamContext`] holds one stream's lock and wake-up channel. The map
-//! stores only `Weak` references: a context lives exactly as long as someone
-//! holds it (a [`StreamHandle`], a lock guard or waiter, a hub subscription) and removes
-//! its own map entry when the last holder drops it. So the number of live
-//! contexts is bounded by the streams in use, never by the streams ever seen.
+//! holds every context strongly and evicts the unused ones (held by nothing
+//! but the map) in a sweep when it outgrows its bound. Why keep unused ones
+//! at all: a stream nobody else holds (every request to a stream with one
+//! writer) would otherwise build its context and tear it down again on each
+//! request: two allocations, two frees and three hashes of the path, 9% of a
+//! 100 B append's instructions (callgrind, memory store). The bound keeps
+//! what is kept small: at most [`RETAINED`] unused contexts, or as many as
+//! were in use at the last sweep; never the streams ever seen.
 //!
 //! Identity invariant: while anyone holds a context for `path`, every caller
 //! asking for `path` gets that same context — which is what makes the lock
-//! exclusive and the no-missed-wake-up rule of the hub hold.
+//! exclusive and the no-missed-wake-up rule of the hub hold. It holds
+//! because a context leaves the map only while the map is its sole owner,
+//! under the map lock: nobody can be holding it, and nobody can get it
+//! again without the map.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
 use ds_core::{Release, StreamHandle, StreamRegistry, TailSignal};
 use tokio::sync::watch;
 
-type ContextMap = HashMap<Arc<str>, Weak<StreamContext>>;
+/// Unused contexts the map may keep before a sweep (each well under 200
+/// bytes without a live reader's channel): enough for the streams of a busy
+/// process's recent requests, small next to the streams themselves.
+pub(crate) const RETAINED: usize = 1024;
 
 /// One stream's in-process state.
 pub(crate) struct StreamContext {
-    /// Shared with the map key and the handles: one allocation per context
-    /// (a context is created and dropped per request on an idle stream).
+    /// Shared with the map key and the handles: one allocation per context.
     path: Arc<str>,
-    map: Weak<Mutex<ContextMap>>,
+    /// The registry that made it (a handle of another substrate instance in
+    /// the same process must not reach this one's lock).
+    owner: u64,
     /// The critical-section lock ([`crate::InProcMutex`]): one permit, in
     /// the context itself (no allocation of its own), released through
     /// [`Release`] by the guard that holds the context. Never closed.
     pub(crate) lock: tokio::sync::Semaphore,
     /// Latest published signal, merged per incarnation ([`crate::InProcHub`]);
-    /// created by the first live reader. Why lazily: a context is built and
-    /// dropped per request on a stream nobody reads live, and a `watch`
-    /// channel is an allocation of eight `Notify`s that its sender's drop
-    /// notifies one by one: 2.3% of a 100 B append's instructions (callgrind,
-    /// memory store: 35,343 → 34,536) for a channel no one would ever watch.
+    /// created by the first live reader. Why lazily: most streams are never
+    /// read live, and a `watch` channel is an allocation of eight `Notify`s
+    /// that every publish to it would touch.
     pub(crate) signal: OnceLock<watch::Sender<Option<TailSignal>>>,
-}
-
-impl Drop for StreamContext {
-    fn drop(&mut self) {
-        let Some(map) = self.map.upgrade() else {
-            return;
-        };
-        let mut map = lock_map(&map);
-        // Another context for the same path may already have replaced ours
-        // (created after our last strong reference went away): keep that one.
-        // Removed, then put back in that rare case: one lookup, not two.
-        if let Some((path, entry)) = map.remove_entry(&*self.path) {
-            if entry.strong_count() > 0 {
-                map.insert(path, entry);
-            }
-        }
-    }
 }
 
 impl Release for StreamContext {
@@ -61,11 +54,40 @@ impl Release for StreamContext {
     }
 }
 
+struct ContextMap {
+    contexts: HashMap<Arc<str>, Arc<StreamContext>>,
+    /// Size at which the next insert sweeps out the unused contexts:
+    /// [`RETAINED`] more than were in use after the last sweep, so a sweep
+    /// (a pass over the map) comes at most once per [`RETAINED`] inserts.
+    sweep_at: usize,
+}
+
+impl Default for ContextMap {
+    fn default() -> Self {
+        Self { contexts: HashMap::new(), sweep_at: RETAINED }
+    }
+}
+
+impl ContextMap {
+    /// Drop every context the map alone holds.
+    fn sweep(&mut self) {
+        self.contexts.retain(|_, ctx| Arc::strong_count(ctx) > 1);
+        self.sweep_at = self.contexts.len() + RETAINED;
+    }
+}
+
 /// The in-process [`StreamRegistry`]; share one per substrate instance between
 /// its [`crate::InProcMutex`] and [`crate::InProcHub`].
-#[derive(Default)]
 pub struct InProcRegistry {
-    map: Arc<Mutex<ContextMap>>,
+    id: u64,
+    map: Mutex<ContextMap>,
+}
+
+impl Default for InProcRegistry {
+    fn default() -> Self {
+        static NEXT_ID: AtomicU64 = AtomicU64::new(0);
+        Self { id: NEXT_ID.fetch_add(1, Ordering::Relaxed), map: Mutex::default() }
+    }
 }
 
 // Nothing panics while the map lock is held except on allocation failure, and
@@ -80,36 +102,47 @@ impl InProcRegistry {
         Self::default()
     }
 
-    /// The live context for `path`, created if none is live.
+    /// The context for `path`, created if the map has none.
     pub(crate) fn context(&self, path: &str) -> Arc<StreamContext> {
         let mut map = lock_map(&self.map);
-        if let Some(ctx) = map.get(path).and_then(Weak::upgrade) {
-            return ctx;
+        if let Some(ctx) = map.contexts.get(path) {
+            return Arc::clone(ctx);
+        }
+        if map.contexts.len() >= map.sweep_at {
+            map.sweep();
         }
         let path: Arc<str> = Arc::from(path);
         let ctx = Arc::new(StreamContext {
             path: Arc::clone(&path),
-            map: Arc::downgrade(&self.map),
+            owner: self.id,
             lock: tokio::sync::Semaphore::new(1),
             signal: OnceLock::new(),
         });
-        map.insert(path, Arc::downgrade(&ctx));
+        map.contexts.insert(path, Arc::clone(&ctx));
         ctx
     }
 
-    /// The live context for `path`, if someone holds one (never creates).
+    /// The context for `path`, if the map has one (never creates).
     pub(crate) fn existing(&self, path: &str) -> Option<Arc<StreamContext>> {
-        lock_map(&self.map).get(path).and_then(Weak::upgrade)
+        lock_map(&self.map).contexts.get(path).cloned()
     }
 
     /// The context a handle carries, if it is one of this registry's;
-    /// otherwise (a detached handle, or another registry's) the live context
-    /// for its path.
+    /// otherwise (a detached handle, or another registry's) the context for
+    /// its path.
     pub(crate) fn context_of(&self, stream: &StreamHandle) -> Arc<StreamContext> {
-        match stream.context::<StreamContext>() {
-            Some(ctx) if std::ptr::eq(ctx.map.as_ptr(), Arc::as_ptr(&self.map)) => ctx,
-            _ => self.context(stream.path()),
-        }
+        self.carried(stream).unwrap_or_else(|| self.context(stream.path()))
+    }
+
+    /// The context a handle carries, if it is one of this registry's.
+    pub(crate) fn carried(&self, stream: &StreamHandle) -> Option<Arc<StreamContext>> {
+        stream.context::<StreamContext>().filter(|ctx| ctx.owner == self.id)
+    }
+
+    /// Contexts the map holds, used or not (for tests of the bound).
+    #[cfg(test)]
+    fn held(&self) -> usize {
+        lock_map(&self.map).contexts.len()
     }
 }
 
@@ -119,8 +152,13 @@ impl StreamRegistry for InProcRegistry {
         StreamHandle::with_path(Arc::clone(&ctx.path), ctx)
     }
 
+    /// Contexts in use: held by a handle, a lock guard or waiter, or a
+    /// subscription. Unused ones the map keeps (see the module docs) hold
+    /// nothing but their path and an idle lock, and are not counted.
     fn live_contexts(&self) -> usize {
-        lock_map(&self.map).values().filter(|w| w.strong_count() > 0).count()
+        let mut map = lock_map(&self.map);
+        map.sweep();
+        map.contexts.len()
     }
 }
 
@@ -129,7 +167,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn contexts_are_shared_while_held_and_evicted_after() {
+    fn contexts_are_shared_while_held_and_not_counted_after() {
         let registry = InProcRegistry::new();
         let a = registry.enter("a");
         let a2 = registry.enter("a");
@@ -139,28 +177,40 @@ mod tests {
         assert_eq!(registry.live_contexts(), 2, "a second lease keeps 'a' alive");
         drop(a2);
         assert_eq!(registry.live_contexts(), 1);
-        assert!(registry.existing("a").is_none());
-        assert_eq!(lock_map(&registry.map).len(), 1, "evicted entries leave the map");
+        assert!(registry.existing("a").is_none(), "counting swept the unused one out");
+        assert_eq!(registry.held(), 1);
     }
 
     #[test]
-    fn a_dropped_context_leaves_the_one_that_replaced_it() {
+    fn an_unused_context_is_kept_and_given_out_again() {
         let registry = InProcRegistry::new();
-        let old = registry.context("a");
-        // What a caller does between `old`'s last reference going and its
-        // drop taking the map lock: a new context for the path, in the map.
-        let new = Arc::new(StreamContext {
-            path: Arc::from("a"),
-            map: Arc::downgrade(&registry.map),
-            lock: tokio::sync::Semaphore::new(1),
-            signal: OnceLock::new(),
-        });
-        lock_map(&registry.map).insert(Arc::from("a"), Arc::downgrade(&new));
-        drop(old);
-        let found = registry.existing("a").expect("a context for the path");
-        assert!(Arc::ptr_eq(&found, &new), "the replacement stays in the map");
-        drop((found, new));
-        assert_eq!(lock_map(&registry.map).len(), 0, "and leaves it when dropped in turn");
+        let first = registry.context("a");
+        let ptr = Arc::as_ptr(&first);
+        drop(first);
+        let again = registry.context("a");
+        assert!(std::ptr::eq(ptr, Arc::as_ptr(&again)), "no new context for the next request");
+    }
+
+    /// A process touching many streams one at a time keeps at most
+    /// `RETAINED` unused contexts, and never drops one in use.
+    #[test]
+    fn the_map_stays_bounded_by_the_contexts_in_use() {
+        let registry = InProcRegistry::new();
+        let held: Vec<_> = (0..3 * RETAINED).map(|i| registry.enter(&format!("held-{i}"))).collect();
+        for i in 0..10 * RETAINED {
+            drop(registry.enter(&format!("passing-{i}")));
+            assert!(registry.held() <= held.len() + RETAINED, "{} contexts after {i} requests", registry.held());
+        }
+        for h in &held {
+            let ctx = registry.existing(h.path()).expect("a held context is never swept");
+            assert!(Arc::ptr_eq(&ctx, &registry.context_of(h)));
+        }
+        drop(held);
+        for i in 0..RETAINED + 1 {
+            drop(registry.enter(&format!("after-{i}")));
+        }
+        assert!(registry.held() <= 2 * RETAINED, "unused contexts of the held streams went too");
+        assert_eq!(registry.live_contexts(), 0);
     }
 
     #[test]
@@ -174,5 +224,7 @@ mod tests {
         assert!(!Arc::ptr_eq(&mine, &theirs), "another registry's handle is looked up by path");
         let detached = registry.context_of(&StreamHandle::detached("a"));
         assert!(Arc::ptr_eq(&mine, &detached));
+        assert!(registry.carried(&StreamHandle::detached("a")).is_none());
+        assert!(other.carried(&a).is_none());
     }
 }

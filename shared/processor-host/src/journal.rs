@@ -92,7 +92,7 @@ impl Journal for StreamJournal {
         body.put_slice(&data);
         body.put_u8(b']');
         let request = AppendRequest {
-            path: self.path.clone(),
+            path: self.path.as_str().into(),
             content_type: Some("application/json".into()),
             body: body.freeze(),
             close: false,

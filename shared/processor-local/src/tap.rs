@@ -15,11 +15,11 @@ pub(crate) struct RingingHub {
 }
 
 impl StreamHub for RingingHub {
-    fn publish(&self, path: &str, signal: TailSignal) {
+    fn publish(&self, stream: &StreamHandle, signal: TailSignal) {
         if let Some(host) = self.host.upgrade() {
-            host.ring(path, &signal);
+            host.ring(stream.path(), &signal);
         }
-        self.inner.publish(path, signal);
+        self.inner.publish(stream, signal);
     }
 
     fn subscribe(&self, stream: &StreamHandle) -> Box<dyn HubSubscription> {

@@ -85,7 +85,7 @@ impl Processor for Outbox {
         body.put_slice(message.to_string().as_bytes());
         body.put_u8(b']');
         let request = AppendRequest {
-            path: self.settings.target.clone(),
+            path: self.settings.target.clone().into(),
             content_type: Some("application/json".into()),
             body: body.freeze(),
             close: false,

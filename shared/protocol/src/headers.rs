@@ -119,7 +119,7 @@ pub fn content_type_essence(value: &str) -> String {
 /// The essence as written (case kept): the checks below compare it without
 /// allocating a lower-cased copy (they run on every append).
 fn essence(value: &str) -> &str {
-    value.split(';').next().unwrap_or("").trim()
+    value.split_once(';').map_or(value, |(essence, _)| essence).trim()
 }
 
 /// Check a content type is syntactically a MIME type (`type/subtype`).

@@ -49,7 +49,11 @@ impl Offset {
         let mut token = [b'0'; LEN];
         token[WIDTH] = b'_';
         let mut n = self.0.min(MAX_POSITION);
+        // The rest are the zeros the token starts as.
         for digit in token[WIDTH + 1..].iter_mut().rev() {
+            if n == 0 {
+                break;
+            }
             // `n % 10` is below 10, so the cast is exact.
             *digit = b'0' + (n % 10) as u8;
             n /= 10;
@@ -125,6 +129,9 @@ mod tests {
         assert_eq!(Offset(u64::MAX).to_string(), max);
         assert_eq!(Offset(MAX_POSITION + 1).to_token(), max.as_bytes());
         assert_eq!(Offset(0).to_string(), "0000000000000000_0000000000000000");
+        for n in [1, 9, 10, 99, 100, 12_345, 1_000_000, MAX_POSITION - 1] {
+            assert_eq!(Offset(n).to_string(), format!("{:016}_{:016}", 0, n));
+        }
     }
 
     #[test]

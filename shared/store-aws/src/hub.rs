@@ -31,8 +31,8 @@ pub struct PollHub {
 }
 
 impl StreamHub for PollHub {
-    fn publish(&self, path: &str, signal: TailSignal) {
-        if let Some(ctx) = self.b.registry.peek(path) {
+    fn publish(&self, stream: &StreamHandle, signal: TailSignal) {
+        if let Some(ctx) = self.b.registry.find(stream) {
             ctx.signal(signal);
         }
     }

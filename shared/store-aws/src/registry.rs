@@ -205,6 +205,15 @@ impl Registry {
         ctx
     }
 
+    /// The context a handle carries when it is one of this registry's,
+    /// else the one for its path if the map has it (no creation).
+    pub fn find(&self, stream: &StreamHandle) -> Option<Arc<StreamCtx>> {
+        match stream.context::<StreamCtx>() {
+            Some(ctx) if ctx.owner == self.id => Some(ctx),
+            _ => self.peek(stream.path()),
+        }
+    }
+
     /// The context for `path` if one is live (no creation).
     pub fn peek(&self, path: &str) -> Option<Arc<StreamCtx>> {
         lock(&self.map).get(path).cloned()

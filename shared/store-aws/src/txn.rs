@@ -231,7 +231,7 @@ async fn after_success(b: &Backend, writes: &NetWrites, cid: &str) {
     for mw in &writes.metas {
         let ctx = b.registry.get(&mw.path);
         match &mw.effect {
-            MetaEffect::Put(meta) => ctx.remember(Some(CachedMeta::new((**meta).clone(), Some(cid.to_owned())))),
+            MetaEffect::Put(meta) => ctx.remember(Some(CachedMeta::new(meta.clone(), Some(cid.to_owned())))),
             MetaEffect::Delete | MetaEffect::CheckOnly => {
                 ctx.remember(None);
                 ctx.forget_producers();

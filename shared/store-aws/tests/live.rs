@@ -21,9 +21,9 @@ fn create_req(path: &str, lifetime: Lifetime) -> CreateRequest {
     }
 }
 
-fn append_req(path: &str, body: &'static [u8]) -> AppendRequest {
+fn append_req(path: &str, body: &'static [u8]) -> AppendRequest<'static> {
     AppendRequest {
-        path: path.to_owned(),
+        path: path.to_owned().into(),
         content_type: Some("text/plain".into()),
         body: Bytes::from_static(body),
         close: false,

@@ -61,7 +61,7 @@ impl CommittedMetas {
                                 metas.remove(&victim);
                             }
                         }
-                        metas.insert(m.path.clone(), (**meta).clone());
+                        metas.insert(m.path.clone(), meta.clone());
                     }
                     (MetaEffect::CheckOnly, Ok(())) => {}
                     (MetaEffect::Delete, _) | (_, Err(_)) => {
@@ -96,7 +96,7 @@ mod tests {
     }
 
     fn put(path: &str, version: u64) -> NetWrites {
-        let effect = MetaEffect::Put(Box::new(meta(path, version)));
+        let effect = MetaEffect::Put(meta(path, version));
         NetWrites {
             metas: vec![MetaWrite { path: path.into(), cond: MetaCond::Absent, effect }],
             ..NetWrites::default()

@@ -166,7 +166,7 @@ impl Overlay {
         }
         for m in &writes.metas {
             match &m.effect {
-                MetaEffect::Put(meta) => self.put_meta((**meta).clone()),
+                MetaEffect::Put(meta) => self.put_meta(meta.clone()),
                 MetaEffect::Delete => self.entry(&m.path).meta = Some(None),
                 MetaEffect::CheckOnly => {}
             }

@@ -131,7 +131,7 @@ pub(crate) fn decode_batch(lsn: u64, body: &[u8]) -> Result<Batch, StoreError> {
         for _ in 0..r.len()? {
             let path = r.string()?;
             let effect = match r.u8()? {
-                META_PUT => MetaEffect::Put(Box::new(decode_meta(&path, r.bytes()?)?)),
+                META_PUT => MetaEffect::Put(decode_meta(&path, r.bytes()?)?),
                 META_DELETE => MetaEffect::Delete,
                 other => return Err(r.corrupt(&format!("meta kind {other}"))),
             };
@@ -308,7 +308,7 @@ mod tests {
         a.metas.push(MetaWrite {
             path: "s/a".into(),
             cond: MetaCond::Version { version: 2, incarnation: "inc-1".into(), tail: Some(40) },
-            effect: MetaEffect::Put(Box::new(meta("s/a"))),
+            effect: MetaEffect::Put(meta("s/a")),
         });
         a.metas.push(MetaWrite { path: "s/gone".into(), cond: MetaCond::Absent, effect: MetaEffect::CheckOnly });
         a.chunks.push(ChunkWrite {

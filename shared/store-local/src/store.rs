@@ -13,7 +13,9 @@ use std::thread::JoinHandle;
 use async_trait::async_trait;
 use bytes::{Bytes, BytesMut};
 use ds_core::fold::NetWrites;
-use ds_core::{Chunk, Commit, PendingCommit, ProducerState, Record, StoreError, StreamHandle, StreamMeta, StreamStore};
+use ds_core::{
+    Chunk, Commit, PendingCommit, ProducerState, Record, StoreError, StreamHandle, StreamMeta, StreamStore, TrySubmit,
+};
 use redb::{ReadTransaction, ReadableDatabase};
 use tokio::sync::oneshot;
 
@@ -128,6 +130,18 @@ impl LocalStore {
         }
     }
 
+    /// Fold the commit here (a commit that contradicts itself fails without
+    /// reaching the writer), enqueue its net writes on the writer and return
+    /// at once: the writer applies jobs in channel order, so pipelined
+    /// commits of one stream land in one batch.
+    fn enqueue(&self, commit: Commit) -> Result<PendingCommit, StoreError> {
+        let writes = NetWrites::fold(commit)?;
+        let (ack, outcome) = oneshot::channel();
+        let jobs = self.jobs.as_ref().ok_or_else(|| StoreError::Unavailable("local store is closing".into()))?;
+        jobs.send(Job { writes, ack }).map_err(|_| StoreError::Unavailable("local store writer has stopped".into()))?;
+        Ok(PendingCommit::acked(outcome))
+    }
+
     /// Run `read` in a fresh read transaction on the blocking pool.
     async fn read<T, F>(&self, read: F) -> Result<T, StoreError>
     where
@@ -177,19 +191,25 @@ impl StreamStore for LocalStore {
     /// last when it has this stream's (see `meta_cache`), else read like
     /// [`Self::read_meta`].
     async fn read_meta_for_update(&self, stream: &StreamHandle) -> Result<Option<StreamMeta>, StoreError> {
+        match self.try_read_meta_for_update(stream) {
+            Some(read) => read,
+            None => self.read_meta(stream).await,
+        }
+    }
+
+    /// The overlay or the writer's cache; `None` when only the database has
+    /// the stream's meta.
+    fn try_read_meta_for_update(&self, stream: &StreamHandle) -> Option<Result<Option<StreamMeta>, StoreError>> {
         // The pending touch first, as in `read_meta`: the writer merges a
         // flushed touch into the overlay and the cache before it forgets it.
         let touch = self.touches.get(stream.path());
         // The overlay has the latest write since the checkpoint, the cache
         // the latest of a recently written stream.
-        let Some(mut meta) = self.overlay_meta(stream.path()).or_else(|| self.metas.get(stream.path()).map(Some))
-        else {
-            return self.read_meta(stream).await;
-        };
+        let mut meta = self.overlay_meta(stream.path()).or_else(|| self.metas.get(stream.path()).map(Some))?;
         if let (Some(meta), Some(touch)) = (meta.as_mut(), touch) {
             touch.apply_to(meta);
         }
-        Ok(meta)
+        Some(Ok(meta))
     }
 
     async fn read_chunks(
@@ -313,20 +333,14 @@ impl StreamStore for LocalStore {
         self.submit(commit).await?.await
     }
 
-    /// Fold the commit here (a commit that contradicts itself fails without
-    /// reaching the writer), enqueue its net writes on the writer and return
-    /// at once: the writer applies jobs in channel order, so pipelined
-    /// commits of one stream land in one batch.
+    /// See [`LocalStore::enqueue`].
     async fn submit(&self, commit: Commit) -> Result<PendingCommit, StoreError> {
-        let writes = NetWrites::fold(commit)?;
-        let (ack, outcome) = oneshot::channel();
-        let jobs = self.jobs.as_ref().ok_or_else(|| StoreError::Unavailable("local store is closing".into()))?;
-        jobs.send(Job { writes, ack }).map_err(|_| StoreError::Unavailable("local store writer has stopped".into()))?;
-        Ok(Box::pin(async move {
-            outcome.await.map_err(|_| {
-                StoreError::Backend("local store writer stopped before acknowledging (outcome unknown)".into())
-            })?
-        }))
+        self.enqueue(commit)
+    }
+
+    /// Submitting never waits here: the commit is folded and enqueued.
+    fn try_submit(&self, commit: Commit) -> TrySubmit {
+        TrySubmit::Submitted(self.enqueue(commit))
     }
 
     async fn touch(&self, stream: &StreamHandle, incarnation: &str, at_ms: i64) -> Result<(), StoreError> {

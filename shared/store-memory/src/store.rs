@@ -16,7 +16,9 @@ use async_trait::async_trait;
 use bytes::{Bytes, BytesMut};
 use ds_core::fold::{MetaEffect, MetaStamp, NetWrites, StateView};
 use ds_core::read_cache::{ReadCache, ADMIT_ASSEMBLED};
-use ds_core::{Chunk, Commit, PendingCommit, ProducerState, Record, StoreError, StreamHandle, StreamMeta, StreamStore};
+use ds_core::{
+    Chunk, Commit, PendingCommit, ProducerState, Record, StoreError, StreamHandle, StreamMeta, StreamStore, TrySubmit,
+};
 
 use crate::chunks::{Chunks, Row};
 
@@ -71,7 +73,7 @@ impl State {
         for m in writes.metas {
             match m.effect {
                 MetaEffect::Put(meta) => {
-                    self.metas.insert(m.path, *meta);
+                    self.metas.insert(m.path, meta);
                 }
                 MetaEffect::Delete => {
                     self.metas.remove(&*m.path);
@@ -183,6 +185,10 @@ impl StreamStore for MemoryStore {
         Ok(self.read().metas.get(stream.path()).cloned())
     }
 
+    fn try_read_meta_for_update(&self, stream: &StreamHandle) -> Option<Result<Option<StreamMeta>, StoreError>> {
+        Some(Ok(self.read().metas.get(stream.path()).cloned()))
+    }
+
     async fn read_chunks(
         &self,
         stream: &StreamHandle,
@@ -257,7 +263,11 @@ impl StreamStore for MemoryStore {
     /// future inside this one: an allocation per append for nothing).
     async fn submit(&self, commit: Commit) -> Result<PendingCommit, StoreError> {
         self.apply(commit)?;
-        Ok(Box::pin(std::future::ready(Ok(()))))
+        Ok(PendingCommit::done(Ok(())))
+    }
+
+    fn try_submit(&self, commit: Commit) -> TrySubmit {
+        TrySubmit::Submitted(self.apply(commit).map(|()| PendingCommit::done(Ok(()))))
     }
 
     async fn touch(&self, stream: &StreamHandle, incarnation: &str, at_ms: i64) -> Result<(), StoreError> {

@@ -106,7 +106,7 @@ impl Subscriptions {
             return Delivery::Failed;
         };
         let request = AppendRequest {
-            path: path.clone(),
+            path: path.as_str().into(),
             content_type: Some("application/json".into()),
             close: false,
             seq: None,

@@ -347,10 +347,13 @@ impl Subscriptions {
     fn plan_stream_change(&self, path: &str, signal: &TailSignal) -> StreamChange {
         let at = Tail { incarnation: signal.incarnation.clone(), tail: 0 };
         let mut change = StreamChange { to_link: Vec::new(), to_run: Vec::new(), at };
-        if signal.deleted || ds_protocol::path::is_reserved(path) {
+        let cache = lock(&self.inner.cache);
+        // Checked first: the usual process has no subscription, and this
+        // runs on every commit.
+        if cache.is_empty() || signal.deleted || ds_protocol::path::is_reserved(path) {
             return change;
         }
-        for (id, c) in lock(&self.inner.cache).iter() {
+        for (id, c) in cache.iter() {
             let rec = &c.value;
             match rec.links.get(path) {
                 // Also with a wake in flight: the transition ending it may

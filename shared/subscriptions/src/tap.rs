@@ -39,11 +39,11 @@ struct TappedHub {
 }
 
 impl StreamHub for TappedHub {
-    fn publish(&self, path: &str, signal: TailSignal) {
+    fn publish(&self, stream: &StreamHandle, signal: TailSignal) {
         if let Some(inner) = self.tap.engine.get().and_then(Weak::upgrade) {
-            Subscriptions { inner }.on_stream_changed(path, &signal);
+            Subscriptions { inner }.on_stream_changed(stream.path(), &signal);
         }
-        self.inner.publish(path, signal);
+        self.inner.publish(stream, signal);
     }
 
     fn subscribe(&self, stream: &StreamHandle) -> Box<dyn HubSubscription> {

@@ -111,7 +111,7 @@ pub async fn append(s: &Substrate, path: &str, data: Bytes, producer: Option<(&s
         match s.store.commit(commit).await {
             Ok(()) => {
                 drop(guard);
-                s.hub.publish(path, crate::TailSignal::of(&next));
+                s.hub.publish(&s.registry.enter(path), crate::TailSignal::of(&next));
                 return Appended { position: meta.tail, meta: next, conflicts };
             }
             Err(StoreError::Conflict) => {
@@ -186,9 +186,9 @@ pub fn create_request(path: &str) -> crate::CreateRequest {
 }
 
 /// A service request appending `body` to an `application/octet-stream` stream.
-pub fn append_request(path: &str, body: Bytes) -> crate::AppendRequest {
+pub fn append_request(path: &str, body: Bytes) -> crate::AppendRequest<'static> {
     crate::AppendRequest {
-        path: path.to_owned(),
+        path: path.to_owned().into(),
         content_type: Some("application/octet-stream".into()),
         body,
         close: false,

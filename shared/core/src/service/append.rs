@@ -1,18 +1,25 @@
 //! POST: append, append-and-close, close-only; with `Stream-Seq` ordering and
 //! idempotent producers (§5.2, §5.2.1, §5.3).
 
+use std::borrow::Cow;
+
 use bytes::Bytes;
 use ds_protocol::headers::{content_types_match, is_json, ProducerHeaders};
 use ds_protocol::json::{self, EmptyArray};
 use ds_protocol::producer::{decide, Decision, State};
 
 use super::{Plan, Predicted, Reads, ServiceError, ServiceResult, StreamService};
-use crate::{Chunk, Commit, Expect, Op, ProducerState, ProducerTriple, Record, RecordExpect, StreamHandle, StreamMeta};
+use crate::{
+    Chunk, Commit, Expect, Op, ProducerState, ProducerTriple, Record, RecordExpect, StreamHandle, StreamMeta,
+    TailSignal,
+};
 
+/// One append. The path and content type may be borrowed (an HTTP append's
+/// come straight from the request's bytes: no copies per append).
 #[derive(Debug, Clone)]
-pub struct AppendRequest {
-    pub path: String,
-    pub content_type: Option<String>,
+pub struct AppendRequest<'a> {
+    pub path: Cow<'a, str>,
+    pub content_type: Option<Cow<'a, str>>,
     pub body: Bytes,
     /// `Stream-Closed: true`.
     pub close: bool,
@@ -56,7 +63,7 @@ impl AppendOutcome {
 }
 
 impl StreamService {
-    pub async fn append(&self, req: AppendRequest) -> ServiceResult<AppendOutcome> {
+    pub async fn append(&self, req: AppendRequest<'_>) -> ServiceResult<AppendOutcome> {
         if req.body.is_empty() && !req.close {
             return Err(ServiceError::BadRequest("empty body (only a close may be empty)".into()));
         }
@@ -67,7 +74,7 @@ impl StreamService {
     async fn plan_append(
         &self,
         stream: &StreamHandle,
-        req: &AppendRequest,
+        req: &AppendRequest<'_>,
         reads: Reads,
     ) -> ServiceResult<Plan<AppendOutcome>> {
         let meta = self.live_meta(stream, reads).await?;
@@ -117,7 +124,7 @@ impl StreamService {
         &self,
         stream: &StreamHandle,
         meta: &StreamMeta,
-        req: &AppendRequest,
+        req: &AppendRequest<'_>,
         reads: Reads,
     ) -> ServiceResult<ProducerCheck> {
         let Some(p) = &req.producer else {
@@ -143,7 +150,7 @@ impl StreamService {
     /// The commit of a validated append: next meta, chunk, producer state.
     fn append_plan(
         &self,
-        req: &AppendRequest,
+        req: &AppendRequest<'_>,
         meta: StreamMeta,
         data: Bytes,
         accepted: Option<State>,
@@ -162,7 +169,9 @@ impl StreamService {
             next.closed_by =
                 req.producer.as_ref().map(|p| ProducerTriple { id: p.id.clone(), epoch: p.epoch, seq: p.seq });
         }
-        let mut commit = Commit::new();
+        let ops =
+            1 + usize::from(!data.is_empty()) + usize::from(accepted.is_some()) + usize::from(req.dedupe_key.is_some());
+        let mut commit = Commit::with_capacity(ops);
         // The tail too: bytes land at the old `tail`, so a plan on a state that was
         // never stored (same version, other tail) must fail, not leave a gap.
         commit.push(Op::PutMeta { meta: next.clone(), expect: Expect::VersionAt { version, tail } });
@@ -196,9 +205,9 @@ impl StreamService {
         }
         Plan::Commit {
             commit,
-            publish: Some(next.clone()),
+            publish: Some(TailSignal::of(&next)),
             deleted: Vec::new(),
-            predicted: Some(Predicted { meta: next.clone(), producer }),
+            predicted: Some(Predicted { meta: AppendOutcome::meta, producer }),
             value: AppendOutcome::Appended { meta: next, producer: accepted },
         }
     }
@@ -226,7 +235,7 @@ enum ProducerCheck {
 }
 
 /// The bytes to store: the body as is, or JSON messages framed one per line.
-fn frame_body(req: &AppendRequest, meta: &StreamMeta) -> ServiceResult<Bytes> {
+fn frame_body(req: &AppendRequest<'_>, meta: &StreamMeta) -> ServiceResult<Bytes> {
     if req.body.is_empty() {
         return Ok(Bytes::new());
     }

@@ -122,7 +122,7 @@ impl StreamService {
         }
         Ok(Plan::Commit {
             commit,
-            publish: Some(meta.clone()),
+            publish: Some(crate::TailSignal::of(&meta)),
             deleted: Vec::new(),
             value: CreateOutcome { created: true, meta },
             predicted: None,

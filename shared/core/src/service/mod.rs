@@ -91,16 +91,17 @@ pub(crate) enum Reads {
 // variant would only add an allocation to every append.
 #[allow(clippy::large_enum_variant)]
 pub(crate) enum Plan<T> {
-    /// Commit these writes, then publish the new meta `publish` (the one
-    /// stream a create or an append changes) and return `T`.
+    /// Commit these writes, then publish `publish` to the stream the
+    /// mutation entered (the one stream a create or an append changes) and
+    /// return `T`.
     Commit {
         commit: Commit,
-        publish: Option<StreamMeta>,
+        publish: Option<crate::TailSignal>,
         deleted: Vec<StreamMeta>,
         value: T,
         /// Appends only: the state to plan the next append on while this
         /// commit is in flight.
-        predicted: Option<Predicted>,
+        predicted: Option<Predicted<T>>,
     },
     /// Nothing to write; return `T` as is.
     Done(T),
@@ -108,8 +109,11 @@ pub(crate) enum Plan<T> {
 
 /// The state an append predicts for its stream (and producer) once its
 /// commit applies; recorded while the commit is in flight.
-pub(crate) struct Predicted {
-    pub meta: StreamMeta,
+pub(crate) struct Predicted<T> {
+    /// The predicted meta, found in the mutation's value (an append's
+    /// outcome holds its next meta): copied only when it is recorded, which
+    /// a store that applies commits as submitted never needs.
+    pub meta: fn(&T) -> &StreamMeta,
     /// The producer the append advances: `(producer id, its new state)`.
     pub producer: Option<(String, crate::ProducerState)>,
 }
@@ -241,7 +245,11 @@ impl StreamService {
             };
             // Submit under the lock (so submissions are ordered), then wait for
             // durability without it, letting the next append stack on top.
-            let mut pending = match self.sub.store.submit(commit).await {
+            let submitted = match self.sub.store.try_submit(commit) {
+                crate::TrySubmit::Submitted(submitted) => submitted,
+                crate::TrySubmit::WouldWait(commit) => self.sub.store.submit(commit).await,
+            };
+            let mut pending = match submitted {
                 Ok(pending) => pending,
                 Err(e) => {
                     drop(guard);
@@ -260,7 +268,10 @@ impl StreamService {
             // campaign: unrecorded, the next append was planned on the older
             // prediction and a later one passed its version check against
             // this commit's state, at the wrong position).
-            let applied = match pending.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+            let applied = match std::future::Future::poll(
+                std::pin::Pin::new(&mut pending),
+                &mut Context::from_waker(Waker::noop()),
+            ) {
                 Poll::Ready(result) => Some(result),
                 Poll::Pending => None,
             };
@@ -268,7 +279,7 @@ impl StreamService {
             // A prediction is of `stream` itself (an append's next meta).
             let predicting = predicted.is_some();
             if let Some(p) = predicted {
-                self.speculation.submitted(p.meta, p.producer);
+                self.speculation.submitted((p.meta)(&value).clone(), p.producer);
             }
             drop(guard);
             let result = match applied {
@@ -282,16 +293,26 @@ impl StreamService {
                 self.retry_or_fail(path, attempt, e).await?;
                 continue;
             }
-            if let Some(meta) = &publish {
-                self.sub.hub.publish(&meta.path, crate::TailSignal::of(meta));
+            if let Some(signal) = publish {
+                self.sub.hub.publish(stream, signal);
             }
             for meta in &deleted {
                 let mut signal = crate::TailSignal::of(meta);
                 signal.deleted = true;
-                self.sub.hub.publish(&meta.path, signal);
+                self.sub.hub.publish(&Self::handle_for(stream, &meta.path), signal);
                 let _ = self.sub.scheduler.cancel(&meta.path, &meta.incarnation).await;
             }
             return Ok(value);
+        }
+    }
+
+    /// `stream` itself when it is `path` (the usual case: a mutation
+    /// publishes the stream it changed), else a detached handle.
+    fn handle_for(stream: &StreamHandle, path: &str) -> StreamHandle {
+        if stream.path() == path {
+            stream.clone()
+        } else {
+            StreamHandle::detached(path)
         }
     }
 
@@ -321,7 +342,10 @@ impl StreamService {
         Ok(match reads {
             Reads::MayCache => match self.speculation.meta(stream.path()) {
                 Some(predicted) => Some(predicted),
-                None => self.sub.store.read_meta_for_update(stream).await?,
+                None => match self.sub.store.try_read_meta_for_update(stream) {
+                    Some(read) => read?,
+                    None => self.sub.store.read_meta_for_update(stream).await?,
+                },
             },
             Reads::Consistent => self.sub.store.read_meta(stream).await?,
         })

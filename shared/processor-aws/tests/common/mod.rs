@@ -270,7 +270,7 @@ pub async fn acknowledged(service: &StreamService, path: &str) -> u64 {
 /// Appends one JSON message to `path` (as a client would).
 pub async fn append(service: &StreamService, path: &str, message: &str) {
     let req = ds_core::AppendRequest {
-        path: path.to_owned(),
+        path: path.into(),
         content_type: Some("application/json".into()),
         body: Bytes::from(message.to_owned()),
         close: false,

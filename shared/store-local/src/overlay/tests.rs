@@ -6,11 +6,7 @@ use super::*;
 
 fn put(meta: StreamMeta) -> NetWrites {
     let mut w = NetWrites::default();
-    w.metas.push(MetaWrite {
-        path: meta.path.clone(),
-        cond: MetaCond::Absent,
-        effect: MetaEffect::Put(Box::new(meta)),
-    });
+    w.metas.push(MetaWrite { path: meta.path.clone(), cond: MetaCond::Absent, effect: MetaEffect::Put(meta) });
     w
 }
 
