@@ -158,6 +158,23 @@ mod tests {
         assert!(sub.changed(&sig("a", 5), deadline).await);
     }
 
+    /// The writer's handle leads to the reader's channel: its own context
+    /// when it is this registry's, else the context found by its path.
+    #[tokio::test]
+    async fn a_publish_reaches_the_reader_through_any_handle_of_the_stream() {
+        let registry = Arc::new(InProcRegistry::new());
+        let hub = InProcHub::new(Arc::clone(&registry));
+        let mut sub = hub.subscribe(&registry.enter("p"));
+        let deadline = || Instant::now() + std::time::Duration::from_secs(5);
+        hub.publish(&registry.enter("p"), sig("a", 1));
+        assert!(sub.changed(&sig("a", 0), deadline()).await, "the writer's own handle");
+        hub.publish(&InProcRegistry::new().enter("p"), sig("a", 2));
+        assert!(sub.changed(&sig("a", 1), deadline()).await, "another registry's handle, by path");
+        hub.publish(&registry.enter("q"), sig("a", 3));
+        let soon = Instant::now() + std::time::Duration::from_millis(50);
+        assert!(!sub.changed(&sig("a", 2), soon).await, "another stream's publish");
+    }
+
     #[tokio::test]
     async fn stale_publish_does_not_wake_a_reader_that_saw_more() {
         let hub = InProcHub::new(Arc::new(InProcRegistry::new()));
