@@ -3,7 +3,8 @@
 //!
 //! - [`InProcRegistry`]: the per-stream context map; [`InProcMutex`] and
 //!   [`InProcHub`] keep their per-stream lock and wake-up channel in it, so a
-//!   stream's context lives while anything uses it and is evicted after.
+//!   stream's context lives while anything uses it; unused ones are kept for
+//!   the next request, up to a bound, and swept when the map outgrows it.
 //! - [`InProcScheduler`]: expiry alarms on tokio timers, delivered as
 //!   [`ExpiryDue`] on a channel.
 //!
