@@ -180,8 +180,6 @@ impl Direct {
 }
 
 fn common_headers(cors: &CorsAnswer, out: &mut Vec<u8>) {
-    // As the router's `dispatch::answered` sets it on an empty body.
-    put_header(out, b"content-length", b"0");
     layers::decorations(cors, |name, value| put_header(out, name.as_str().as_bytes(), value.as_bytes()));
 }
 

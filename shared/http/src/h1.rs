@@ -340,6 +340,10 @@ async fn appended_answer<IO: AsyncWrite + Unpin>(
 ) -> io::Result<bool> {
     status_line(out, appended.status);
     appended.each_header(|name, value| put_header(out, name.as_str().as_bytes(), value));
+    if !bodyless(appended.status) {
+        // A producer's `200`: an empty body, said as hyper says it.
+        put_header(out, b"content-length", b"0");
+    }
     direct.put_common_headers(cors, out);
     crate::date::with(|d| put_header(out, b"date", d));
     if close {
@@ -349,6 +353,11 @@ async fn appended_answer<IO: AsyncWrite + Unpin>(
     send(io, out).await?;
     io.flush().await?;
     Ok(close)
+}
+
+/// A status whose response has no body, and so no framing: hyper's rule.
+fn bodyless(status: StatusCode) -> bool {
+    status.is_informational() || matches!(status, StatusCode::NO_CONTENT | StatusCode::NOT_MODIFIED)
 }
 
 fn status_line(out: &mut Vec<u8>, status: StatusCode) {
@@ -372,9 +381,13 @@ async fn respond<IO: AsyncWrite + Unpin>(
 ) -> io::Result<bool> {
     let (parts, mut body) = resp.into_parts();
     status_line(out, parts.status);
+    let bodyless = bodyless(parts.status);
     let (mut length, mut chunked, mut date, mut said_close) = (false, false, false, false);
     for (name, value) in &parts.headers {
         match *name {
+            // RFC 9110 §8.6: no length on a 1xx or 204 (nor, as hyper, on a
+            // 304), though the router sets one on every empty body.
+            header::CONTENT_LENGTH if bodyless => continue,
             header::CONTENT_LENGTH => length = true,
             header::TRANSFER_ENCODING => chunked = true,
             header::DATE => date = true,
@@ -386,8 +399,6 @@ async fn respond<IO: AsyncWrite + Unpin>(
     if !date {
         crate::date::with(|d| put_header(out, b"date", d));
     }
-    let bodyless =
-        parts.status.is_informational() || matches!(parts.status, StatusCode::NO_CONTENT | StatusCode::NOT_MODIFIED);
     if !bodyless && !length && !chunked {
         match http_body::Body::size_hint(&body).exact() {
             Some(n) => {
