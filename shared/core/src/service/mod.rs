@@ -1,6 +1,6 @@
 //! The protocol use-cases, written once over the substrate traits.
 //!
-//! Every mutation follows the same shape (see [`StreamService::mutate`]):
+//! Every mutation follows the same shape (`StreamService::mutate`, crate-private):
 //! lock → read → validate → commit, retried from the read when the commit's
 //! precondition fails, then publish. Reads never take the lock.
 
