@@ -253,6 +253,12 @@ impl Worker {
                 self.judge(case, &resp, &shown).await;
             }
         }
+        if case.ambiguous_head() {
+            // Bytes of the case may still wait on the connection as a next
+            // request (see `Case::ambiguous_head`): a later request on it
+            // would be judged by an answer to the leftovers.
+            self.conn = None;
+        }
     }
 
     async fn judge(&mut self, case: &Case, resp: &Response, shown: &str) {

@@ -48,6 +48,24 @@ pub struct Case {
     pub reserved: bool,
 }
 
+impl Case {
+    /// The head holds a CR or LF that is not part of a CRLF. A server may
+    /// take a bare LF as a line end (RFC 9112 §2.2: hyper and httparse do),
+    /// and so end the head before the client meant it to: the rest of the
+    /// case's bytes are then read as the connection's next request. Such a
+    /// connection is the client's own making, so it is not reused after the
+    /// case (as a real client would not send these bytes at all).
+    pub fn ambiguous_head(&self) -> bool {
+        let end = self.bytes.windows(4).position(|w| w == b"\r\n\r\n").unwrap_or(self.bytes.len());
+        let head = &self.bytes[..end];
+        head.iter().enumerate().any(|(i, &b)| match b {
+            b'\n' => i == 0 || head[i - 1] != b'\r',
+            b'\r' => head.get(i + 1) != Some(&b'\n'),
+            _ => false,
+        })
+    }
+}
+
 /// How a [`Req`]'s body is framed.
 #[derive(Debug, Clone)]
 pub enum Body {
@@ -226,5 +244,39 @@ impl Generator {
             // Only filters can reject, and these strategies have none.
             Err(e) => panic!("the case strategy rejected its input: {e}"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_content_type(value: &[u8]) -> Case {
+        Req::new("POST", "/v1/stream/x")
+            .header("content-type", value.to_vec())
+            .body(Body::Sized(b"hdr".to_vec()))
+            .hostile("headers")
+    }
+
+    #[test]
+    fn a_bare_cr_or_lf_in_the_head_makes_it_ambiguous() {
+        // The campaign's seed 1796397363: a bare LF then the header line's
+        // CRLF, which a server reads as the end of the head.
+        assert!(with_content_type(b"=m|\x07\n").ambiguous_head());
+        assert!(with_content_type(b"a\rb").ambiguous_head());
+        assert!(with_content_type(b"\na").ambiguous_head());
+        let mut lf_only = Req::new("GET", "/").case("request line");
+        lf_only.bytes = b"GET / HTTP/1.1\nhost: 127.0.0.1\n\n".to_vec();
+        assert!(lf_only.ambiguous_head());
+    }
+
+    #[test]
+    fn crlf_heads_and_line_breaks_in_the_body_are_not() {
+        assert!(!with_content_type(b"application/octet-stream").ambiguous_head());
+        let body = Req::new("POST", "/v1/stream/x").body(Body::Sized(b"a\nb\rc\r".to_vec())).case("valid");
+        assert!(!body.ambiguous_head());
+        // A chunked body's CRLFs come after the head.
+        let chunks = Req::new("POST", "/v1/stream/x").body(Body::Chunked(vec![b"x\ny".to_vec()])).case("valid");
+        assert!(!chunks.ambiguous_head());
     }
 }
