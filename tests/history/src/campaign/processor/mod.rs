@@ -122,7 +122,7 @@ pub async fn run(s: &Settings) -> anyhow::Result<Report> {
     let lambda = lambda::Lambda::new(&faulted, CONFIG, s.kill_rate, s.seed);
     let mut pump = StreamPump::new(&env).await;
     let schedules = SchedulePump::new(&env);
-    let mut observer = observe::Observer::new(env.service(), &paths);
+    let observer = Arc::new(tokio::sync::Mutex::new(observe::Observer::new(env.service(), &paths)));
     emulator.faults(reqwest::Method::POST, Some(rules(s.aws_rate, s.seed))).await;
     let budget = Arc::new(AtomicU64::new(0));
     let writers: Vec<_> = (0..s.writers)
@@ -138,9 +138,21 @@ pub async fn run(s: &Settings) -> anyhow::Result<Report> {
         })
     });
 
-    let mut rng = StdRng::seed_from_u64(s.seed);
+    // Samples run beside the invocations, so they also see cursors and
+    // effects in the middle of a batch.
+    let stop_sampling = Arc::new(AtomicBool::new(false));
+    let sampler = {
+        let (observer, stop, paths, seed) = (Arc::clone(&observer), Arc::clone(&stop_sampling), paths.clone(), s.seed);
+        tokio::spawn(async move {
+            let mut rng = StdRng::seed_from_u64(seed);
+            while !stop.load(SeqCst) {
+                observer.lock().await.sample(&paths[rng.gen_range(0..paths.len())]).await;
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+        })
+    };
     let (mut delivered, mut failed_deliveries, mut revivals) = (0u64, 0u64, 0u64);
-    let (mut backoff, mut next_fire, mut next_sample) = (0u32, Instant::now(), Instant::now());
+    let (mut backoff, mut next_fire) = (0u32, Instant::now());
     let mut drain: Option<(Instant, serde_json::Value)> = None;
     let mut under_faults = (0u64, 0u64);
     let mut violations = Vec::new();
@@ -152,7 +164,8 @@ pub async fn run(s: &Settings) -> anyhow::Result<Report> {
         let settled = match (drain.is_none(), writers.iter().all(|w| w.is_finished())) {
             (true, true) => {
                 let since = *settling.get_or_insert_with(Instant::now);
-                since.elapsed() > Duration::from_secs(60) || (pump.pending().is_empty() && observer.caught_up().await)
+                since.elapsed() > Duration::from_secs(60)
+                    || (pump.pending().is_empty() && observer.lock().await.caught_up().await)
             }
             _ => false,
         };
@@ -184,12 +197,8 @@ pub async fn run(s: &Settings) -> anyhow::Result<Report> {
             let now = i64::try_from(now_ms()).unwrap_or(i64::MAX);
             revivals += schedules.fire_due(&lambda, now, now_ms() + 30_000).await as u64;
         }
-        if Instant::now() >= next_sample {
-            next_sample = Instant::now() + Duration::from_millis(500);
-            observer.sample(&paths[rng.gen_range(0..paths.len())]).await;
-        }
         if let Some((since, _)) = &drain {
-            if pump.pending().is_empty() && observer.caught_up().await {
+            if pump.pending().is_empty() && observer.lock().await.caught_up().await {
                 break;
             }
             // Long enough for any backlog the faults left (a correctness
@@ -204,6 +213,9 @@ pub async fn run(s: &Settings) -> anyhow::Result<Report> {
     for w in writers {
         written.extend(w.await.context("a writer")?);
     }
+    stop_sampling.store(true, SeqCst);
+    sampler.await.context("the sampler")?;
+    let mut observer = observer.lock().await;
     let (events, relays) = observer.finish(&written).await;
     violations.extend(observer.violations.iter().cloned());
 
