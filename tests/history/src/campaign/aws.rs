@@ -12,7 +12,7 @@ use ds_e2e::{Emulator, Server, ServerOpts, Store};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use super::{clients_done, idle, read_finals, verdict, with_faults, Report, Scale};
+use super::{clients_done, conclude, idle, with_faults, Report, Scale};
 use crate::client::{Servers, Shared};
 use crate::proxy::{FaultProxy, Mode};
 use crate::workload::{Settings, Streams};
@@ -102,8 +102,6 @@ pub async fn faults(scale: &Scale, rate: f64) -> anyhow::Result<Report> {
         }
     })
     .await?;
-    let history = shared.recorder.history();
-    let finals = read_finals(route.as_ref(), &history).await;
     let mut report = Report {
         name: "aws-faults".into(),
         setup: format!(
@@ -115,11 +113,10 @@ pub async fn faults(scale: &Scale, rate: f64) -> anyhow::Result<Report> {
         faults: by_kind(&injected["injected"]),
         ..Report::default()
     };
-    verdict(&mut report, &history, &finals);
+    conclude(&mut report, &shared, route.as_ref(), started).await;
     for server in &mut servers {
         assert_alive(server, &mut report);
     }
-    report.elapsed = started.elapsed();
     Ok(report)
 }
 
@@ -146,8 +143,6 @@ pub async fn network(scale: &Scale) -> anyhow::Result<Report> {
     .await?;
     // Connections the servers still hold through the proxy settle.
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let history = shared.recorder.history();
-    let finals = read_finals(route.as_ref(), &history).await;
     let mut report = Report {
         name: "network".into(),
         setup: format!(
@@ -159,11 +154,10 @@ pub async fn network(scale: &Scale) -> anyhow::Result<Report> {
         faults: proxy.counts(),
         ..Report::default()
     };
-    verdict(&mut report, &history, &finals);
+    conclude(&mut report, &shared, route.as_ref(), started).await;
     for server in &mut servers {
         assert_alive(server, &mut report);
     }
-    report.elapsed = started.elapsed();
     Ok(report)
 }
 

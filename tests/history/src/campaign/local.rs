@@ -9,7 +9,7 @@ use ds_e2e::{Server, ServerOpts};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use super::{idle, read_finals, verdict, with_faults, Report, Scale};
+use super::{conclude, idle, with_faults, Report, Scale};
 use crate::client::{Restarting, Shared};
 use crate::workload::{Settings, Streams};
 
@@ -70,8 +70,6 @@ pub async fn kill9(scale: &Scale, every: Duration) -> anyhow::Result<Report> {
         }
     })
     .await?;
-    let history = shared.recorder.history();
-    let finals = read_finals(route.as_ref(), &history).await;
     let mut report = Report {
         name: "local-kill9".into(),
         setup: format!(
@@ -83,8 +81,7 @@ pub async fn kill9(scale: &Scale, every: Duration) -> anyhow::Result<Report> {
         ..Report::default()
     };
     report.faults.insert("kill -9".into(), kills);
-    verdict(&mut report, &history, &finals);
-    report.elapsed = started.elapsed();
+    conclude(&mut report, &shared, route.as_ref(), started).await;
     Ok(report)
 }
 
@@ -122,8 +119,6 @@ pub async fn disk_full(scale: &Scale, every: Duration) -> anyhow::Result<Report>
         }
     })
     .await?;
-    let history = shared.recorder.history();
-    let finals = read_finals(route.as_ref(), &history).await;
     let mut report = Report {
         name: "disk-full".into(),
         setup: format!(
@@ -134,8 +129,7 @@ pub async fn disk_full(scale: &Scale, every: Duration) -> anyhow::Result<Report>
         ..Report::default()
     };
     report.faults.insert("disk full".into(), episodes);
-    verdict(&mut report, &history, &finals);
+    conclude(&mut report, &shared, route.as_ref(), started).await;
     drop(server);
-    report.elapsed = started.elapsed();
     Ok(report)
 }

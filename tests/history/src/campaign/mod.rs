@@ -187,6 +187,15 @@ async fn read_one(http: &reqwest::Client, base: &str, name: &str) -> anyhow::Res
     Ok(Some(FinalStream { bytes, closed }))
 }
 
+/// The end of a campaign: read the final state of every stream its
+/// history names, check the history, fill the report's verdict and time.
+pub async fn conclude(report: &mut Report, shared: &Shared, route: &dyn Route, started: Instant) {
+    let history = shared.recorder.history();
+    let read = read_finals(route, &history).await;
+    verdict(report, &history, &read);
+    report.elapsed = started.elapsed();
+}
+
 /// Check the history and fill the report's verdict. A stream that cannot
 /// be read after the run is a violation of its own; the operations on it
 /// (and on forks of it) are left out of the check.
