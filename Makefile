@@ -10,7 +10,7 @@ test:
 	bash tests/run-all.sh
 
 # Campaigns too long for `make test` (sam build, reliability: fuzz, crash, AWS
-# faults, soak, idle readers): the list is in tests/run-long.sh.
+# faults, soak, idle readers, checked histories): the list is in tests/run-long.sh.
 test-long:
 	bash tests/run-long.sh
 

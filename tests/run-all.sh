@@ -93,6 +93,10 @@ echo "$out"
 RESULT[secure]="$(echo "$out" | tail -n 1)"
 kill "${PIDS[-1]}" 2>/dev/null || true
 
+step "history campaigns, short: local kill -9, full disk, AWS faults, network faults, processor plane (tests/history)"
+RESULT[history]="$(target/debug/ds-history --kill9-ops 3000 --disk-ops 2000 --aws-ops 1000 --network-ops 1000 --events 600 \
+  --kill-rate 0.5 | tee /dev/stderr | tail -n 1)"
+
 step "infra lint (cfn-lint on template.yaml)"
 bash infra/lint-infra.sh
 
@@ -103,4 +107,5 @@ step "summary"
 for store in memory local aws; do echo "conformance --store $store: ${RESULT[$store]}"; done
 echo "conformance through the Lambda runtime emulator: ${RESULT[lambda]}"
 echo "conformance --store memory, access control + TLS: ${RESULT[secure]}"
+echo "${RESULT[history]}"
 echo "make test: all passed"

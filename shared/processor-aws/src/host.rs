@@ -213,7 +213,7 @@ impl Processors {
         let recovery: Arc<dyn Recovery> =
             Arc::new(StreamRecovery::new(self.service.clone(), path, Arc::clone(&self.alarms)));
         let adapters = Adapters::new(journal.clone(), progress, recovery);
-        let runner = match spec.open(adapters, self.cfg.runner.clone()).await {
+        let runner = match spec.open_on(path, adapters, self.cfg.runner.clone()).await {
             Ok(runner) => runner,
             Err(RunnerError::Journal(JournalError::StreamNotFound | JournalError::IncarnationChanged { .. })) => {
                 tracing::info!(path, slug = spec.slug(), "the stream is gone: nothing to process");

@@ -112,8 +112,12 @@ where
             }
         }
         SdkError::ConstructionFailure(_) => AwsError::Rejected(format!("{err:?}")),
-        // Nothing was sent: safe to retry, nothing was written.
-        SdkError::DispatchFailure(d) if !d.is_io() && !d.is_timeout() => AwsError::Rejected(format!("{err:?}")),
+        // The client itself refused to send it (an invalid request):
+        // nothing was written. Every other dispatch failure may have
+        // reached AWS: I/O errors, timeouts, and hyper's "connection closed
+        // before message completed" (an answer cut by a close), which the
+        // SDK reports as neither I/O nor timeout.
+        SdkError::DispatchFailure(d) if d.is_user() => AwsError::Rejected(format!("{err:?}")),
         SdkError::ResponseError(r) => {
             // Unparsable response. S3 answers a HEAD/GET of a missing key with
             // a bare 404, which the SDK reports as a raw response.
@@ -234,6 +238,31 @@ mod tests {
             }
             other => panic!("unexpected {other:?}"),
         }
+    }
+
+    #[test]
+    fn a_connection_closed_before_the_answer_is_an_unknown_outcome() {
+        use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
+        use aws_smithy_runtime_api::client::result::ConnectorError;
+        use aws_smithy_runtime_api::client::retries::ErrorKind;
+        type Failure = SdkError<TransactWriteItemsError, HttpResponse>;
+        // What the SDK's hyper connector makes of hyper's IncompleteMessage.
+        let closed = || {
+            let e = ConnectorError::other(
+                "connection closed before message completed".into(),
+                Some(ErrorKind::TransientError),
+            );
+            Failure::dispatch_failure(e)
+        };
+        assert!(matches!(classify_commit(closed()), CommitFailure::Ambiguous(_)));
+        assert!(matches!(classify(closed()), AwsError::Ambiguous(_)));
+        let other = Failure::dispatch_failure(ConnectorError::other("unrecognized".into(), None));
+        assert!(matches!(classify_commit(other), CommitFailure::Ambiguous(_)));
+        let reset = Failure::dispatch_failure(ConnectorError::io("connection reset by peer".into()));
+        assert!(matches!(classify_commit(reset), CommitFailure::Ambiguous(_)));
+        // An invalid request never left the client.
+        let invalid = Failure::dispatch_failure(ConnectorError::user("invalid URI".into()));
+        assert!(matches!(classify_commit(invalid), CommitFailure::Rejected(_)));
     }
 
     #[test]

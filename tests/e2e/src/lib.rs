@@ -10,19 +10,24 @@
 //!   test, and a parser that detects torn, foreign or corrupted bytes.
 //! - [`checks`]: expected statuses, all failures reported together.
 //! - [`webhook`]: a webhook receiver on 127.0.0.1 for subscription tests.
+//! - [`emulator`]: a private AWS emulator (fault rules are per emulator).
+//! - [`tmpfs`]: a size-limited tmpfs, the full disk a test can make.
 //! - [`read_all`] and friends: protocol helpers shared by the tests.
 
 pub mod access;
 pub mod checks;
+pub mod emulator;
 pub mod raw;
 pub mod record;
 pub mod server;
+pub mod tmpfs;
 pub mod webhook;
 
 use std::time::Duration;
 
 use anyhow::{bail, Context};
 pub use checks::Checks;
+pub use emulator::Emulator;
 pub use server::{Server, ServerOpts, Store};
 
 /// A reqwest client for 127.0.0.1 only: never a proxy, bounded timeouts.

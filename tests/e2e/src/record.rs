@@ -110,6 +110,47 @@ pub fn parse(bytes: &[u8]) -> Result<Vec<Record>, String> {
     Ok(out)
 }
 
+/// The intact record starting at byte `at`, and its length; `None` when
+/// the bytes there are not one (torn, foreign, damaged or cut short).
+pub fn record_at(bytes: &[u8], at: usize) -> Option<(Record, usize)> {
+    let rest = bytes.get(at..)?;
+    if rest.len() < HEADER + TRAILER || &rest[..4] != MAGIC {
+        return None;
+    }
+    let (producer, seq, len) = (be_u32(&rest[4..8]), be_u64(&rest[8..16]), be_u32(&rest[16..20]) as usize);
+    let total = HEADER + len + TRAILER;
+    if len == 0
+        || len > MAX_PAYLOAD
+        || rest.len() < total
+        || fnv1a(&rest[..HEADER + len]) != be_u64(&rest[HEADER + len..total])
+    {
+        return None;
+    }
+    (rest[..total] == encode(producer, seq)[..]).then_some((Record { producer, seq, at }, total))
+}
+
+/// Every intact record in `bytes`, a piece of a stream that may begin or
+/// end inside a record (a read cut by the server's size limit): records
+/// are followed one after the other, and past bytes that begin none the
+/// scan resumes at the next record magic.
+pub fn scan(bytes: &[u8]) -> Vec<Record> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at < bytes.len() {
+        match record_at(bytes, at) {
+            Some((r, total)) => {
+                out.push(r);
+                at += total;
+            }
+            None => match bytes[at + 1..].windows(MAGIC.len()).position(|w| w == MAGIC) {
+                Some(i) => at += 1 + i,
+                None => break,
+            },
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -133,5 +174,19 @@ mod tests {
         torn.extend(encode(1, 1));
         assert!(parse(&torn).is_err(), "torn then whole");
         assert!(encode(3, 4) != encode(4, 3));
+    }
+
+    #[test]
+    fn scan_finds_the_intact_records_of_a_cut_piece() {
+        let stream: Vec<u8> = [encode(1, 0), encode(2, 5), encode(1, 1)].concat();
+        let keys = |rs: Vec<Record>| rs.iter().map(|r| (r.producer, r.seq, r.at)).collect::<Vec<_>>();
+        let second = encode(1, 0).len();
+        assert_eq!(keys(scan(&stream)), [(1, 0, 0), (2, 5, second), (1, 1, second + encode(2, 5).len())]);
+        // Cut inside the first and the last record: only the middle one is whole.
+        let piece = &stream[3..stream.len() - 2];
+        assert_eq!(keys(scan(piece)), [(2, 5, second - 3)]);
+        let mut damaged = stream.clone();
+        damaged[second + 25] ^= 1;
+        assert_eq!(scan(&damaged).len(), 2, "a damaged record is not counted");
     }
 }

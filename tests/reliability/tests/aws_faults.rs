@@ -11,95 +11,16 @@
 #![allow(clippy::unwrap_used)]
 
 use std::collections::{BTreeMap, HashSet};
-use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use ds_e2e::{client, header, read_all, record, Server, ServerOpts, Store};
+use ds_e2e::{client, header, read_all, record, Emulator, Server, ServerOpts, Store};
 use rand::Rng;
 
 const PRODUCERS: u32 = 8;
 const STREAMS: u32 = 2;
-
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-/// A private emulator (its own port and run dir), stopped on drop.
-struct Emulator {
-    dir: tempfile::TempDir,
-    env: Vec<(String, String)>,
-    url: String,
-}
-
-impl Emulator {
-    fn start() -> Result<Self, String> {
-        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-        let out = Command::new("bash")
-            .arg(root().join("infra/aws-emulator/start.sh"))
-            .args(["--port", "0", "--dir"])
-            .arg(dir.path())
-            .output()
-            .map_err(|e| format!("running start.sh: {e}"))?;
-        if !out.status.success() {
-            return Err(format!("start.sh failed: {}", String::from_utf8_lossy(&out.stderr)));
-        }
-        let env: Vec<(String, String)> = String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .filter_map(|l| l.strip_prefix("export ")?.split_once('='))
-            .map(|(k, v)| (k.to_owned(), v.to_owned()))
-            .collect();
-        let url = lookup(&env, "AWS_ENDPOINT_URL").ok_or("start.sh printed no AWS_ENDPOINT_URL")?;
-        // From here on, dropping `emulator` stops it.
-        let mut emulator = Self { url, dir, env };
-        let out = Command::new("bash")
-            .arg(root().join("infra/aws-emulator/create-resources"))
-            .envs(emulator.env.iter().map(|(k, v)| (k, v)))
-            .output()
-            .map_err(|e| format!("running create-resources: {e}"))?;
-        if !out.status.success() {
-            return Err(format!("create-resources failed: {}", String::from_utf8_lossy(&out.stderr)));
-        }
-        emulator.env.extend(
-            String::from_utf8_lossy(&out.stdout)
-                .lines()
-                .filter_map(|l| l.split_once('='))
-                .map(|(k, v)| (k.to_owned(), v.to_owned())),
-        );
-        // Chunks over 512 bytes go to S3, so S3 faults hit appends too.
-        emulator.env.push(("DS_AWS_INLINE_THRESHOLD".into(), "512".into()));
-        Ok(emulator)
-    }
-
-    async fn faults(&self, method: reqwest::Method, body: Option<serde_json::Value>) -> serde_json::Value {
-        let mut req = client().request(method, format!("{}/_emulator/faults", self.url));
-        if let Some(body) = body {
-            req = req.header("content-type", "application/json").body(body.to_string());
-        }
-        let resp = req.send().await.unwrap();
-        let ok = resp.status().is_success();
-        let text = resp.text().await.unwrap_or_default();
-        assert!(ok, "{text}");
-        serde_json::from_str(&text).unwrap()
-    }
-}
-
-impl Drop for Emulator {
-    fn drop(&mut self) {
-        let _ = Command::new("bash")
-            .arg(root().join("infra/aws-emulator/stop.sh"))
-            .arg("--dir")
-            .arg(self.dir.path())
-            .output();
-    }
-}
-
-fn lookup(env: &[(String, String)], key: &str) -> Option<String> {
-    env.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone())
-}
 
 fn stream_path(s: u32) -> String {
     format!("faults/s{s}")
@@ -204,14 +125,9 @@ async fn reader(shared: Arc<Shared>, s: u32) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_servers_under_aws_faults_lose_and_duplicate_nothing() {
-    let emulator = match Emulator::start() {
-        Ok(e) => e,
-        Err(why) => {
-            assert!(std::env::var_os("DS_TEST_REQUIRE_AWS").is_none(), "DS_TEST_REQUIRE_AWS is set: {why}");
-            eprintln!("SKIPPED AWS fault test: no emulator ({why})");
-            return;
-        }
-    };
+    let Some(mut emulator) = Emulator::start_or_skip("AWS fault test") else { return };
+    // Chunks over 512 bytes go to S3, so S3 faults hit appends too.
+    emulator.env.push(("DS_AWS_INLINE_THRESHOLD".into(), "512".into()));
     let appends: u64 = std::env::var("DS_AWS_FAULT_APPENDS").ok().and_then(|v| v.parse().ok()).unwrap_or(12);
     let opts = ServerOpts { store: Store::Aws, env: emulator.env.clone(), ..ServerOpts::default() };
     let servers = [Server::start(opts.clone()).await.unwrap(), Server::start(opts).await.unwrap()];
@@ -297,14 +213,9 @@ async fn two_servers_under_aws_faults_lose_and_duplicate_nothing() {
 /// retries that follow are throttled.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn answers_lost_after_applying_are_neither_errors_nor_duplicates() {
-    let emulator = match Emulator::start() {
-        Ok(e) => e,
-        Err(why) => {
-            assert!(std::env::var_os("DS_TEST_REQUIRE_AWS").is_none(), "DS_TEST_REQUIRE_AWS is set: {why}");
-            eprintln!("SKIPPED AWS fault test: no emulator ({why})");
-            return;
-        }
-    };
+    let Some(mut emulator) = Emulator::start_or_skip("AWS fault test") else { return };
+    // Chunks over 512 bytes go to S3, so S3 faults hit appends too.
+    emulator.env.push(("DS_AWS_INLINE_THRESHOLD".into(), "512".into()));
     let opts = ServerOpts { store: Store::Aws, env: emulator.env.clone(), ..ServerOpts::default() };
     let mut server = Server::start(opts).await.unwrap();
     let http = client();
@@ -346,8 +257,8 @@ async fn answers_lost_after_applying_are_neither_errors_nor_duplicates() {
 /// bucket with the object pointers of the chunk items: (objects removed,
 /// unreferenced objects, pointers to missing objects, objects left).
 async fn sweep_and_audit(emulator: &Emulator) -> (usize, usize, usize, usize) {
-    let table = lookup(&emulator.env, "DS_AWS_TABLE").unwrap_or_else(|| "durable-streams".into());
-    let bucket = lookup(&emulator.env, "DS_AWS_BUCKET").unwrap_or_else(|| "durable-streams-chunks".into());
+    let table = emulator.var("DS_AWS_TABLE").unwrap_or_else(|| "durable-streams".into());
+    let bucket = emulator.var("DS_AWS_BUCKET").unwrap_or_else(|| "durable-streams-chunks".into());
     // This test binary holds only this test: the process environment is ours.
     for (k, v) in &emulator.env {
         std::env::set_var(k, v);

@@ -7,53 +7,12 @@
 #![allow(clippy::unwrap_used)]
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
+use ds_e2e::tmpfs::Tmpfs;
 use ds_e2e::{client, header, read_all, Server, ServerOpts};
 
 const OCTET: &str = "application/octet-stream";
-
-/// A tmpfs of `size` mounted on a fresh temp dir, unmounted on drop.
-struct Tmpfs {
-    dir: tempfile::TempDir,
-}
-
-impl Tmpfs {
-    /// `None` (with the reason) when this process cannot mount.
-    fn mount(size: &str) -> Result<Self, String> {
-        let uid = Command::new("id").arg("-u").output().map_err(|e| format!("running id -u: {e}"))?;
-        if String::from_utf8_lossy(&uid.stdout).trim() != "0" {
-            return Err("not running as root (id -u is not 0)".into());
-        }
-        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-        let out = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
-            .arg(dir.path())
-            .output()
-            .map_err(|e| format!("running mount: {e}"))?;
-        if !out.status.success() {
-            return Err(format!("mount -t tmpfs failed: {}", String::from_utf8_lossy(&out.stderr).trim()));
-        }
-        Ok(Self { dir })
-    }
-
-    fn path(&self) -> &Path {
-        self.dir.path()
-    }
-
-    fn resize(&self, size: &str) {
-        let status =
-            Command::new("mount").args(["-o", &format!("remount,size={size}")]).arg(self.dir.path()).status().unwrap();
-        assert!(status.success(), "remount to {size}");
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(self.dir.path()).status();
-    }
-}
 
 fn payload(seq: u64) -> Vec<u8> {
     let mut body = format!("<record {seq}>").into_bytes();
@@ -144,7 +103,7 @@ async fn full_disk_answers_5xx_corrupts_nothing_and_recovers() {
     server.assert_answers().await;
 
     // Space returns: the same producer's next batch is taken, without a restart.
-    fs.resize("64m");
+    fs.resize("64m").unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let (status, _, body) = append(&http, &url, acked).await;

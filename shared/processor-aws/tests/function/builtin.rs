@@ -55,6 +55,15 @@ async fn builtin_outbox_and_counter_from_the_configuration() {
     assert!(delivered.failed.is_empty(), "{delivered:?}");
 
     assert_eq!(entry_types(&svc, "shop-accepted").await, ["order/accepted"; 2], "placed orders only, once each");
+    // `$/stream` names the source: the host tells the outbox which stream it runs on.
+    let inc = svc.head("shop-accepted").await.expect("head").incarnation;
+    let page = svc.read_journal("shop-accepted", &inc, 0, 1 << 20).await.expect("read");
+    let payloads: Vec<serde_json::Value> = page
+        .entries
+        .iter()
+        .map(|(_, data)| serde_json::from_slice::<serde_json::Value>(data).expect("a JSON entry")["payload"].clone())
+        .collect();
+    assert_eq!(payloads, [json!({ "order": "s1", "source": "shop/1" }), json!({ "order": "s2", "source": "shop/1" })]);
     let tail = svc.head("shop/1").await.expect("head").tail;
     for slug in ["accepted", "shop-count"] {
         assert_eq!(progress(&svc, "shop/1", slug).await.progress.acknowledged_through(), tail, "{slug} caught up");

@@ -1,0 +1,264 @@
+//! The AWS processor plane under faults: the processor function with the
+//! built-in outbox and counter (configured as a deployment names them), fed
+//! by the test pumps that play the table's DynamoDB Stream (the template's
+//! filter, batch size, `ReportBatchItemFailures` and retry budget) and
+//! EventBridge Scheduler, while:
+//!
+//! - writers append order batches through two `serve --store aws` servers;
+//! - a share of the DynamoDB and S3 calls of everyone (servers, function,
+//!   observer) is faulted at the emulator;
+//! - the servers and the function reach AWS through the fault proxy, which
+//!   delays, drops, resets, blackholes and cuts answers, episode after
+//!   episode (the pumps, like Lambda's event source, are not faulted);
+//! - invocations are killed a random moment into their batch and their
+//!   instance replaced.
+//!
+//! An observer samples cursors against effects all along
+//! ([`observe`]); after the writers stop, faults end, the plane drains and
+//! the final check runs: every acknowledged source event relayed exactly
+//! once, counters exact, cursors at the tails.
+
+mod lambda;
+mod observe;
+mod writers;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use ds_e2e::{client, Server, ServerOpts, Store};
+use ds_processor_aws::test_util::{ProcessorEnv, SchedulePump, StreamPump};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use super::aws::{by_kind, chaos_episode, emulator, rules, via};
+use super::Report;
+use crate::client::Servers;
+use crate::proxy::{FaultProxy, Mode};
+
+/// The outbox's slug, its target, and the counter's slug.
+pub const OUTBOX: &str = "accepted";
+pub const TARGET: &str = "shop-accepted";
+pub const COUNTER: &str = "shop-count";
+
+/// The deployment's processors (the TOML of `DS_PROCESSORS`).
+const CONFIG: &str = r#"
+[[processor]]
+kind = "outbox"
+slug = "accepted"
+streams = "shop/*"
+target = "shop-accepted"
+create_target = true
+consumes = ["order/placed"]
+template = { type = "order/accepted", payload = { order = "$/payload/id", source = "$/stream" } }
+
+[[processor]]
+kind = "counter"
+slug = "shop-count"
+streams = "shop/*"
+group_by = "/type"
+"#;
+
+/// How big the campaign is and how hard the faults are.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub events: u64,
+    pub writers: u32,
+    pub streams: u32,
+    /// Share of invocations killed mid-batch.
+    pub kill_rate: f64,
+    /// Share of DynamoDB and S3 calls faulted at the emulator.
+    pub aws_rate: f64,
+    pub seed: u64,
+}
+
+fn now_ms() -> u64 {
+    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// Run the campaign (see the module docs).
+pub async fn run(s: &Settings) -> anyhow::Result<Report> {
+    let started = Instant::now();
+    let emulator = emulator()?;
+    // The pumps and the per-test resources read the emulator's client
+    // environment from the process, as the processor tests do.
+    for (k, v) in &emulator.env {
+        std::env::set_var(k, v);
+    }
+    let env = ProcessorEnv::new("history processor campaign").await.context("no emulator endpoint")?;
+    let upstream: SocketAddr = ([127, 0, 0, 1], emulator.port()).into();
+    let proxy = Arc::new(FaultProxy::start(upstream).await?);
+    let faulted = ProcessorEnv {
+        conf: aws_config::defaults(aws_config::BehaviorVersion::latest()).endpoint_url(proxy.url()).load().await,
+        cfg: env.cfg.clone(),
+        revival_group: env.revival_group.clone(),
+        sqs: env.sqs.clone(),
+        task_queue_url: env.task_queue_url.clone(),
+        task_dead_letter_url: env.task_dead_letter_url.clone(),
+        parked_queue_url: env.parked_queue_url.clone(),
+    };
+    let mut server_env = via(&emulator.env, &proxy.url());
+    server_env.extend([
+        ("DS_AWS_TABLE".to_owned(), env.cfg.table.clone()),
+        ("DS_AWS_BUCKET".to_owned(), env.cfg.bucket.clone()),
+        ("DS_AWS_SCHEDULE_GROUP".to_owned(), env.cfg.schedule_group.clone()),
+    ]);
+    let opts = ServerOpts { store: Store::Aws, env: server_env, ..ServerOpts::default() };
+    let servers = [Server::start(opts.clone()).await?, Server::start(opts).await?];
+    let route = Arc::new(Servers(servers.iter().map(|s| s.base.clone()).collect()));
+    let paths: Vec<String> = (0..s.streams).map(|i| format!("shop/{i}")).collect();
+    for path in &paths {
+        let resp = client()
+            .put(format!("{}/v1/stream/{path}", servers[0].base))
+            .header("content-type", "application/json")
+            .send()
+            .await?;
+        anyhow::ensure!(resp.status().is_success(), "creating {path}: {}", resp.status());
+    }
+
+    let lambda = lambda::Lambda::new(&faulted, CONFIG, s.kill_rate, s.seed);
+    let mut pump = StreamPump::new(&env).await;
+    let schedules = SchedulePump::new(&env);
+    let observer = Arc::new(tokio::sync::Mutex::new(observe::Observer::new(env.service(), &paths)));
+    emulator.faults(reqwest::Method::POST, Some(rules(s.aws_rate, s.seed))).await;
+    let budget = Arc::new(AtomicU64::new(0));
+    let writers: Vec<_> = (0..s.writers)
+        .map(|w| tokio::spawn(writers::writer(w, route.clone(), paths.clone(), budget.clone(), s.events, s.seed)))
+        .collect();
+    let stop_chaos = Arc::new(AtomicBool::new(false));
+    let mut chaos = Some({
+        let (proxy, stop, seed) = (Arc::clone(&proxy), Arc::clone(&stop_chaos), s.seed);
+        tokio::spawn(async move {
+            let mut rng = StdRng::seed_from_u64(seed);
+            while !chaos_episode(&proxy, &mut rng, &|| stop.load(SeqCst)).await {}
+            proxy.set(Mode::Pass);
+        })
+    });
+
+    // Samples run beside the invocations, so they also see cursors and
+    // effects in the middle of a batch.
+    let stop_sampling = Arc::new(AtomicBool::new(false));
+    let sampler = {
+        let (observer, stop, paths, seed) = (Arc::clone(&observer), Arc::clone(&stop_sampling), paths.clone(), s.seed);
+        tokio::spawn(async move {
+            let mut rng = StdRng::seed_from_u64(seed);
+            while !stop.load(SeqCst) {
+                observer.lock().await.sample(&paths[rng.gen_range(0..paths.len())]).await;
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+        })
+    };
+    let (mut delivered, mut failed_deliveries, mut revivals) = (0u64, 0u64, 0u64);
+    let (mut backoff, mut next_fire) = (0u32, Instant::now());
+    let mut drain: Option<(Instant, serde_json::Value)> = None;
+    let mut under_faults = (0u64, 0u64);
+    let mut violations = Vec::new();
+    // While the writers write, and after until the plane has caught up once
+    // (a minute at most), faults and kills go on; then they stop and the
+    // plane drains.
+    let mut settling: Option<Instant> = None;
+    loop {
+        let settled = match (drain.is_none(), writers.iter().all(|w| w.is_finished())) {
+            (true, true) => {
+                let since = *settling.get_or_insert_with(Instant::now);
+                since.elapsed() > Duration::from_secs(60)
+                    || (pump.pending().is_empty() && observer.lock().await.caught_up().await)
+            }
+            _ => false,
+        };
+        if settled {
+            stop_chaos.store(true, SeqCst);
+            if let Some(chaos) = chaos.take() {
+                chaos.await.context("the chaos task")?;
+            }
+            lambda.stop_killing();
+            let injected = emulator.faults(reqwest::Method::DELETE, None).await;
+            drain = Some((Instant::now(), injected));
+            under_faults = (started.elapsed().as_secs(), lambda.counts.total.load(SeqCst));
+        }
+        let d = pump.deliver(&lambda, now_ms() + 30_000).await;
+        delivered += d.delivered as u64;
+        if d.failed.is_empty() {
+            backoff = 0;
+            if d.delivered == 0 {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        } else {
+            // Lambda backs off before retrying a failed batch.
+            failed_deliveries += 1;
+            backoff = (backoff + 1).min(5);
+            tokio::time::sleep(Duration::from_millis(50 << backoff)).await;
+        }
+        if Instant::now() >= next_fire {
+            next_fire = Instant::now() + Duration::from_secs(1);
+            let now = i64::try_from(now_ms()).unwrap_or(i64::MAX);
+            revivals += schedules.fire_due(&lambda, now, now_ms() + 30_000).await as u64;
+        }
+        if let Some((since, _)) = &drain {
+            if pump.pending().is_empty() && observer.lock().await.caught_up().await {
+                break;
+            }
+            // Long enough for any backlog the faults left (a correctness
+            // bound, not a speed one).
+            if since.elapsed() > Duration::from_secs(1200) {
+                violations.push("the processors did not catch up within 20 minutes after the faults ended".to_owned());
+                break;
+            }
+        }
+    }
+    let mut written = Vec::new();
+    for w in writers {
+        written.extend(w.await.context("a writer")?);
+    }
+    stop_sampling.store(true, SeqCst);
+    sampler.await.context("the sampler")?;
+    let mut observer = observer.lock().await;
+    let (events, relays) = observer.finish(&written).await;
+    violations.extend(observer.violations.iter().cloned());
+
+    let injected = drain.map(|(_, v)| v).unwrap_or_default();
+    let mut report = Report {
+        name: "processor".into(),
+        setup: format!(
+            "the processor function (built-in outbox and counter) through the stream and schedule pumps; {} writers \
+             appending 1-10 order events per batch to {} streams through two `serve --store aws` servers; {:.0}% of \
+             DynamoDB and S3 calls faulted at the emulator; servers and function behind the fault proxy; {:.0}% of \
+             invocations killed 1-400 ms into their batch",
+            s.writers,
+            s.streams,
+            s.aws_rate * 100.0,
+            s.kill_rate * 100.0
+        ),
+        faults: by_kind(&injected["injected"]),
+        kills: lambda.counts.killed.load(SeqCst),
+        violations: violations.len(),
+        first: violations.first().cloned(),
+        ..Report::default()
+    };
+    report.faults.extend(proxy.counts());
+    report.faults.insert("invocations killed mid-batch".into(), lambda.counts.killed.load(SeqCst));
+    let c = &lambda.counts;
+    for (k, v) in [
+        ("processor events", events),
+        ("relays", relays),
+        ("appends acknowledged", written.iter().filter(|w| w.acked).count() as u64),
+        ("appends unanswered", written.iter().filter(|w| !w.acked).count() as u64),
+        ("stream records delivered", delivered),
+        ("failed deliveries", failed_deliveries),
+        ("invocations", c.total.load(SeqCst)),
+        ("invocations under faults", under_faults.1),
+        ("seconds under faults", under_faults.0),
+        ("failed invocations", c.failed.load(SeqCst)),
+        ("kills that came after the end", c.finished_before_kill.load(SeqCst)),
+        ("cold starts", c.cold_starts.load(SeqCst)),
+        ("revivals fired", revivals),
+        ("cursor samples", observer.samples),
+    ] {
+        report.extra.insert(k.into(), v);
+    }
+    report.elapsed = started.elapsed();
+    Ok(report)
+}
