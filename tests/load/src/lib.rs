@@ -12,6 +12,7 @@
 //! `report` renders the tables.
 
 pub mod aws;
+pub mod aws_ceiling;
 pub mod aws_cost;
 pub mod aws_meter;
 pub mod bench;

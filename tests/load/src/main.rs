@@ -52,6 +52,18 @@ enum Cmd {
         #[arg(long, default_value_t = 100)]
         ops: usize,
     },
+    /// The AWS emulator's own ceiling (DynamoDB calls/s with no modeled
+    /// delay): the calibration line of every AWS bench report.
+    AwsCeiling {
+        /// The emulator, e.g. $AWS_ENDPOINT_URL
+        #[arg(long, env = "AWS_ENDPOINT_URL")]
+        endpoint: String,
+        /// Connections (each on a partition key of its own).
+        #[arg(long, default_value_t = 16)]
+        concurrency: usize,
+        #[arg(long, default_value_t = 2.0)]
+        secs: f64,
+    },
     /// Processor effect latency: append acknowledged → the outbox's event
     /// readable on its target (a server running bench/processors.sh's outbox).
     ProcessorLatency {
@@ -274,6 +286,11 @@ async fn dispatch(cli: Cli) -> Result<i32> {
         }
         Cmd::AwsCalls { base, prefix, calls_url, ops } => {
             println!("{}", ds_load::aws::calls_per_op(&base, &prefix, &calls_url, ops).await?);
+            Ok(0)
+        }
+        Cmd::AwsCeiling { endpoint, concurrency, secs } => {
+            let threads = ds_load::workloads::append::load_threads();
+            println!("{}", ds_load::aws_ceiling::measure(&endpoint, concurrency, secs, threads).await?.markdown());
             Ok(0)
         }
         Cmd::ProcessorLatency { base, prefix, source, target, iterations, settle_ms, pid } => {
