@@ -17,6 +17,7 @@
 #
 #   bash bench/aws-scale.sh              # the full matrix; report in bench/results/<UTC date>-aws-scale.md
 #   bash bench/aws-scale.sh --quick      # a few minutes: fewer rows, shorter windows, 2,000 streams
+#                                        # (report kept in ${DS_BENCH_HOME:-~/.cache/ds-bench})
 #   bash bench/aws-scale.sh --sections appends [--rows 1x1x1,1x64x1] [--out FILE]
 #
 # Environment: DS_BENCH_AWS_SCALE_OUT (report path), DS_LOAD_TARGET_DIR (cargo
@@ -37,7 +38,7 @@ while [ $# -gt 0 ]; do
     --sections) SECTIONS="$2"; shift ;;
     --rows) ROWS="$2"; shift ;;
     --out) OUT="$2"; shift ;;
-    -h|--help) sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) say "unknown argument $1 (see --help)"; exit 2 ;;
   esac
   shift
@@ -66,7 +67,7 @@ if [ "$QUICK" = 1 ]; then
         --reader-counts 1,1000 --reader-processes 1 --reader-window-secs 10 --wake-appends 3
         --list-streams 2000 --calibration-secs 1)
   KIND="quick run"
-  OUT="${OUT:-$WORK/report.md}"
+  OUT="${OUT:-${DS_BENCH_HOME:-$HOME/.cache/ds-bench}/aws-scale-quick-$(date -u +%Y-%m-%dT%H%M%S).md}"
 else
   ARGS=()
   [ -n "$ROWS" ] && ARGS=(--append-rows "$ROWS")
@@ -86,6 +87,7 @@ PRE="$WORK/preamble.md"
   echo "Produced by \`bash bench/aws-scale.sh$([ "$QUICK" = 1 ] && echo ' --quick')\` ($KIND; sections: $SECTIONS) with \`ds-load aws-scale\`. Machine: $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')), Linux $(uname -r); $(rustc --version). Ours: \`durable-streams\` at git $REV, release build, \`serve --store aws --long-poll-timeout 20s\` per process; the emulator (infra/aws-emulator, moto 5.2.5), ds-load and every server process share the machine, all traffic on 127.0.0.1. Load average (1, 5, 15 min) at the start: $(cut -d' ' -f1-3 /proc/loadavg | sed 's/ /, /g')."
 } >"$PRE"
 
+mkdir -p "$(dirname "$OUT")"
 say "running ($KIND: $SECTIONS)"
 # shellcheck disable=SC2086  # DS_BENCH_AWS_SCALE_ARGS is a list of words
 "$LOAD" aws-scale \

@@ -55,6 +55,9 @@ pub struct Figures {
     pub wake_p50_ms: f64,
     pub wake_p99_ms: f64,
     pub wakes: usize,
+    /// Everything the emulator counted while the appends woke the readers.
+    pub waking: Counts,
+    pub appends: usize,
 }
 
 impl Figures {
@@ -169,6 +172,7 @@ async fn measure(
         bail!("a reader stopped while idle: {:?}", done.map_err(|e| anyhow!(e))?.err());
     }
     let mut wakes = Vec::with_capacity(inboxes.len() * appends);
+    emulator.take().await?;
     for k in 1..=appends {
         let sent = Instant::now();
         writer.append(name, TEXT, Bytes::from(record(0, k as u64))).await?;
@@ -192,6 +196,7 @@ async fn measure(
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+    let waking = emulator.take().await?;
     let acked = [appends as u64];
     for (r, inbox) in inboxes.iter().enumerate() {
         let got: Vec<u8> = inbox.lock().map_err(|_| anyhow!("poisoned"))?.iter().flat_map(|(_, b)| b.clone()).collect();
@@ -204,5 +209,7 @@ async fn measure(
         wake_p50_ms: percentile(&wakes, 50.0),
         wake_p99_ms: percentile(&wakes, 99.0),
         wakes: wakes.len(),
+        waking,
+        appends,
     })
 }

@@ -46,7 +46,8 @@ pub fn render(p: &Params, r: &Results) -> String {
         appends_section(&mut md, p, r);
     }
     if !r.readers.is_empty() {
-        readers_section(&mut md, p, &r.readers);
+        let get_ceiling = r.ceiling.as_ref().and_then(|c| c.rate("GetItem"));
+        readers_section(&mut md, p, &r.readers, get_ceiling);
     }
     if let Some(l) = &r.listing {
         listing_section(&mut md, l);
@@ -148,30 +149,39 @@ fn appends_section(md: &mut String, p: &Params, r: &Results) {
     md.push('\n');
 }
 
-fn readers_section(md: &mut String, p: &Params, rows: &[readers::Row]) {
+fn readers_section(md: &mut String, p: &Params, rows: &[readers::Row], get_ceiling: Option<f64>) {
     let _ = writeln!(
         md,
-        "## Idle readers\n\nR readers of one stream parked at its tail (long-poll requests re-issued as they end, or SSE connections), reader r on process r mod P. Idle window {:.0} s: DynamoDB reads (GetItem, Query, Scan) and read units counted at the emulator, per minute for all readers and per reader-minute. Then {} appends to process 0, 0.5 s apart: wake latency is append sent → the reader holds its record, over every reader and append. Every reader ends with exactly the appended records, and a catch-up read agrees.\n",
+        "## Idle readers\n\nR readers of one stream parked at its tail (long-poll requests re-issued as they end, or SSE connections), reader r on process r mod P. Idle window {:.0} s: DynamoDB reads (GetItem, Query, Scan) and read units counted at the emulator, per minute for all readers and per reader-minute. Then {} appends to process 0, 0.5 s apart: wake latency is append sent → the reader holds its record, over every reader and append. Every reader ends with exactly the appended records, and a catch-up read agrees. \"Calls per wake\": every DynamoDB call of the wake phase (the append and what the woken readers read) per append; when the emulator's own time for them, at its GetItem ceiling, is at least half the wake p50, the row is marked **emulator-bound**.\n",
         p.reader_window.as_secs_f64(),
         p.wake_appends
     );
-    md.push_str("| mode | processes | readers | DynamoDB reads / min (all readers) | reads / reader-minute | RCU / reader-minute | wake p50 | wake p99 | DynamoDB calls in the idle window |\n|---|---:|---:|---:|---:|---:|---:|---:|---|\n");
+    md.push_str("| mode | processes | readers | DynamoDB reads / min (all readers) | reads / reader-minute | RCU / reader-minute | wake p50 | wake p99 | DynamoDB calls per wake | DynamoDB calls in the idle window | notes |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|\n");
     for row in rows {
         let head = format!("| {} | {} | {} |", row.mode.label(), row.processes, row.readers);
         match &row.result {
             Err(e) => {
-                let _ = writeln!(md, "{head} **FAIL** | | | | | | {} |", e.replace('|', "/"));
+                let _ = writeln!(md, "{head} **FAIL** | | | | | | | | {} |", e.replace('|', "/"));
             }
             Ok(f) => {
                 let per_min = f.reads_per_minute();
+                let per_wake = f.waking.ddb_total() as f64 / f.appends.max(1) as f64;
+                let floor_ms = get_ceiling.map(|c| per_wake / c * 1000.0);
+                let note = match floor_ms {
+                    Some(t) if t >= 0.5 * f.wake_p50_ms => {
+                        format!("**emulator-bound**: its own time for one wake's calls ≥ {}", ms(t))
+                    }
+                    _ => String::new(),
+                };
                 let _ = writeln!(
                     md,
-                    "{head} {} | {} | {} | {} | {} | {} |",
+                    "{head} {} | {} | {} | {} | {} | {} | {} | {note} |",
                     num(per_min),
                     num(per_min / row.readers as f64),
                     num(f.per_reader_minute(f.idle.rcu, row.readers)),
                     ms(f.wake_p50_ms),
                     ms(f.wake_p99_ms),
+                    num(per_wake),
                     f.idle.ddb_breakdown()
                 );
             }
