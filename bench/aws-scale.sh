@@ -25,7 +25,6 @@
 # has built everything), DS_BENCH_AWS_SCALE_ARGS (more `ds-load aws-scale` args).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-cd "$ROOT"
 say() { echo "bench/aws-scale: $*" >&2; }
 
 QUICK=0
@@ -44,22 +43,21 @@ while [ $# -gt 0 ]; do
   shift
 done
 
-WORK="$(mktemp -d)"
+NAME=aws-scale
+# The work dir, builds (ds-load and the release server), load average; the
+# calibrations are ds-load aws-scale's own.
+# shellcheck source=latency-common.sh
+DS_BENCH_CALIBRATION_SECS=0 . "$ROOT/bench/latency-common.sh"
+# shellcheck source=emulator-common.sh
+. "$ROOT/bench/emulator-common.sh"
 EMU_DIR="$WORK/emulator"
 cleanup() {
   "$ROOT/infra/aws-emulator/stop.sh" --dir "$EMU_DIR" >/dev/null 2>&1 || true
   rm -rf "$WORK"
 }
-trap cleanup EXIT
-
-LOAD_TARGET="${DS_LOAD_TARGET_DIR:-$ROOT/target-bench}"
 if [ "${DS_BENCH_NO_BUILD:-0}" != 1 ]; then
-  say "building ds-load, the release server and the Lambda router"
-  CARGO_TARGET_DIR="$LOAD_TARGET" cargo build --release -q -p ds-load >&2
-  cargo build --release -q -p durable-streams -p ds-lambda-router >&2
+  cargo build --release -q -p ds-lambda-router >&2
 fi
-LOAD="$LOAD_TARGET/release/ds-load"
-BIN="$ROOT/target/release/durable-streams"
 ROUTER="$ROOT/target/release/ds-lambda-router"
 
 if [ "$QUICK" = 1 ]; then
@@ -76,15 +74,12 @@ else
 fi
 
 say "starting the AWS emulator with the model of AWS on"
-eval "$("$ROOT/infra/aws-emulator/start.sh" --port 0 --dir "$EMU_DIR" --model aws)"
-while IFS= read -r line; do
-  case "$line" in *=*) export "${line?}" ;; esac
-done < <("$ROOT/infra/aws-emulator/create-resources")
+start_emulator "$EMU_DIR" --model aws
 
 REV="$(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet HEAD -- 2>/dev/null || echo ' (with uncommitted changes)')"
 PRE="$WORK/preamble.md"
 {
-  echo "Produced by \`bash bench/aws-scale.sh$([ "$QUICK" = 1 ] && echo ' --quick')\` ($KIND; sections: $SECTIONS) with \`ds-load aws-scale\`. Machine: $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')), Linux $(uname -r); $(rustc --version). Ours: \`durable-streams\` at git $REV, release build, \`serve --store aws --long-poll-timeout 20s\` per process; the emulator (infra/aws-emulator, moto 5.2.5), ds-load and every server process share the machine, all traffic on 127.0.0.1. Load average (1, 5, 15 min) at the start: $(cut -d' ' -f1-3 /proc/loadavg | sed 's/ /, /g')."
+  echo "Produced by \`bash bench/aws-scale.sh$([ "$QUICK" = 1 ] && echo ' --quick')\` ($KIND; sections: $SECTIONS) with \`ds-load aws-scale\`. Machine: $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')), Linux $(uname -r); $(rustc --version). Ours: \`durable-streams\` at git $REV, release build, \`serve --store aws --long-poll-timeout 20s\` per process; the emulator (infra/aws-emulator, moto 5.2.5), ds-load and every server process share the machine, all traffic on 127.0.0.1. Load average (1, 5, 15 min) at the start: $LOAD_START."
 } >"$PRE"
 
 mkdir -p "$(dirname "$OUT")"

@@ -21,10 +21,9 @@ cleanup() {
 trap cleanup EXIT
 
 say "starting the AWS emulator"
-eval "$("$ROOT/infra/aws-emulator/start.sh" --port 0 --dir "$EMU_DIR")"
-while IFS= read -r line; do
-  case "$line" in *=*) export "${line?}" ;; esac
-done < <("$ROOT/infra/aws-emulator/create-resources")
+# shellcheck source=emulator-common.sh
+. "$ROOT/bench/emulator-common.sh"
+start_emulator "$EMU_DIR"
 CALLS_URL="$AWS_ENDPOINT_URL/_emulator/calls"
 AWS_ARGS="${DS_BENCH_AWS_ARGS:-}"
 ITERS="${DS_BENCH_AWS_P3_ITERS:-200}"
