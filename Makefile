@@ -1,7 +1,7 @@
 # Durable Streams — the two commands a fresh clone needs:
 #   make run    local server on 127.0.0.1:4437 with the embedded durable store (./data)
 #   make test   every test: unit, contract, end-to-end, conformance (memory, local, aws, Lambda runtime emulator), infra lint, deploy check
-.PHONY: run test test-long test-rust lint-infra deploy-check build-lambda aws-calls bench bench-quick fmt clippy
+.PHONY: run test test-long test-rust lint-infra deploy-check build-lambda aws-calls bench bench-quick bench-aws-scale fmt clippy
 
 run:
 	cargo run --release -p durable-streams -- serve
@@ -39,6 +39,11 @@ bench:
 
 bench-quick:
 	bash bench/quick.sh
+
+# The AWS substrate at scale over the emulator's model of AWS, quick version
+# (a few minutes); the full matrix runs in `make bench` (bench/aws-scale.sh).
+bench-aws-scale:
+	bash bench/aws-scale.sh --quick
 
 fmt:
 	cargo fmt --all

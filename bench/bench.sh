@@ -31,6 +31,7 @@
 #   DS_LOAD_TARGET_DIR   cargo target dir for ds-load (default target-bench)
 #   DS_BENCH_PROCESSORS=0  skip bench/processors.sh (processor effect latency)
 #   DS_BENCH_SUBSCRIPTIONS=0  skip bench/subscriptions.sh (webhook latency)
+#   DS_BENCH_AWS_SCALE=0  skip bench/aws-scale.sh (the AWS substrate at scale, ~20 min)
 #   DS_BENCH_BASELINE    path of an earlier durable-streams binary, run as the
 #                        peers base-memory and base-local (A/B of a change;
 #                        DS_BENCH_ONLY=ours-memory,base-memory,ours-local,base-local)
@@ -188,6 +189,12 @@ if [ "$QUICK" != 1 ] && [ "$OURS" = 1 ] && [ "${DS_BENCH_AWS:-1}" != 0 ] \
     && "$OURS_BIN" serve --help 2>&1 | grep -qi -- 'aws'; then
   bash "$ROOT/bench/aws.sh" "$LOAD" "$OURS_BIN" "$RUN" >>"$OUT" || say "WARNING: the --store aws section failed (see $RUN)"
   sed -n '/^## AWS substrate/,$p' "$OUT"
+fi
+
+# ---- the AWS substrate at scale (its own report with its own calibration lines) ----
+if [ "$QUICK" != 1 ] && [ "$OURS" = 1 ] && [ "${DS_BENCH_AWS_SCALE:-1}" != 0 ]; then
+  DS_LOAD_TARGET_DIR="$LOAD_TARGET" bash "$ROOT/bench/aws-scale.sh" >&2 \
+    || say "WARNING: the AWS scale section failed"
 fi
 
 # ---- Lambda package: zip sizes and init time -----------------------------------

@@ -34,10 +34,9 @@ if [ -z "$ZIPS" ]; then
 fi
 
 say "starting the AWS emulator"
-eval "$("$ROOT/infra/aws-emulator/start.sh" --port 0 --dir "$EMU_DIR")"
-while IFS= read -r line; do
-  case "$line" in *=*) export "${line?}" ;; esac
-done < <("$ROOT/infra/aws-emulator/create-resources")
+# shellcheck source=emulator-common.sh
+. "$ROOT/bench/emulator-common.sh"
+start_emulator "$EMU_DIR"
 # The processor function's queues and revival schedule group (DS_PROCESSOR_*).
 VPY="$("$ROOT/infra/aws-emulator/start.sh" --install-only | tail -n 1)"
 while IFS= read -r line; do

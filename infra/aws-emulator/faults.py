@@ -9,7 +9,7 @@ import json
 import random
 import threading
 import time
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 
 FAULT_KINDS = ("throttle", "error", "apply_then_error", "slow")
 
@@ -140,14 +140,18 @@ TOKEN_WINDOW_S = 600  # DynamoDB: a token is valid for 10 minutes after first us
 
 
 class TransactTokens:
-    """Applied TransactWriteItems by ClientRequestToken: (fingerprint, response, when)."""
+    """Applied TransactWriteItems by ClientRequestToken: (fingerprint, response, when),
+    oldest first, so expiring them costs nothing per call."""
 
     def __init__(self):
-        self.applied = {}
+        self.applied = OrderedDict()
         self.replayed = 0
 
     def _expire(self, now):
-        for token in [t for t, (_, _, at) in self.applied.items() if now - at > TOKEN_WINDOW_S]:
+        while self.applied:
+            token, (_, _, at) = next(iter(self.applied.items()))
+            if now - at <= TOKEN_WINDOW_S:
+                return
             del self.applied[token]
 
     @staticmethod
@@ -177,5 +181,6 @@ class TransactTokens:
         return response
 
     def record(self, token, fingerprint, response):
+        self.applied.pop(token, None)
         self.applied[token] = (fingerprint, response, time.time())
 

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Start the local AWS API emulator (moto 5.2.5 plus fixes, see README.md) in the background.
 #
-# Usage: start.sh [--port N] [--dir D] [--log-requests] [--install-only]
+# Usage: start.sh [--port N] [--dir D] [--log-requests] [--model aws] [--install-only]
 #   --port N        port on 127.0.0.1 (default: $AWS_EMULATOR_PORT, else 0 = any free port)
 #   --dir D         run directory for emulator.pid, port, env and emulator.log
 #                   (default: $AWS_EMULATOR_HOME/run-<port>, or a new run-auto.* for --port 0)
 #   --log-requests  also log every request line to D/emulator.log
+#   --model aws     start with the latency and limit model of AWS on (README; default off)
 #   --install-only  only create the venv if needed, then print its python path
 #
 # stdout: `export NAME=value` lines, so `eval "$(start.sh)"` sets up a shell; the
@@ -24,7 +25,7 @@ HOME_DIR="${AWS_EMULATOR_HOME:-${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/ds-aws-em
 PY="${AWS_EMULATOR_PYTHON:-python3}"
 TIMEOUT="${AWS_EMULATOR_START_TIMEOUT:-60}"
 
-usage() { sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; }
 say() { echo "aws-emulator: $*" >&2; }
 die() { say "$*"; exit 2; }
 
@@ -39,6 +40,8 @@ while [ $# -gt 0 ]; do
     --dir) [ $# -ge 2 ] || die "--dir needs a value"; DIR="$2"; shift ;;
     --dir=*) DIR="${1#*=}" ;;
     --log-requests) SERVE_ARGS+=(--log-requests) ;;
+    --model) [ $# -ge 2 ] || die "--model needs a value"; SERVE_ARGS+=(--model "$2"); shift ;;
+    --model=*) SERVE_ARGS+=(--model "${1#*=}") ;;
     --install-only) INSTALL_ONLY=1 ;;
     -h|--help) usage; exit 0 ;;
     *) die "unknown argument: $1 (see --help)" ;;

@@ -12,8 +12,10 @@
 //! `report` renders the tables.
 
 pub mod aws;
+pub mod aws_ceiling;
 pub mod aws_cost;
 pub mod aws_meter;
+pub mod aws_scale;
 pub mod bench;
 pub mod calibrate;
 pub mod client;

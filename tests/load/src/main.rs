@@ -52,6 +52,21 @@ enum Cmd {
         #[arg(long, default_value_t = 100)]
         ops: usize,
     },
+    /// The AWS emulator's own ceiling (DynamoDB calls/s with no modeled
+    /// delay): the calibration line of every AWS bench report.
+    AwsCeiling {
+        /// The emulator, e.g. $AWS_ENDPOINT_URL
+        #[arg(long, env = "AWS_ENDPOINT_URL")]
+        endpoint: String,
+        /// Connections (each on a partition key of its own).
+        #[arg(long, default_value_t = 16)]
+        concurrency: usize,
+        #[arg(long, default_value_t = 2.0)]
+        secs: f64,
+    },
+    /// AWS substrate at scale (bench/aws-scale.sh): our server's processes
+    /// on `--store aws` over the emulator's latency and limit model.
+    AwsScale(Box<AwsScaleArgs>),
     /// Processor effect latency: append acknowledged → the outbox's event
     /// readable on its target (a server running bench/processors.sh's outbox).
     ProcessorLatency {
@@ -188,6 +203,90 @@ enum Cmd {
 }
 
 #[derive(Args)]
+struct AwsScaleArgs {
+    /// Our server's command line; `{port}` is substituted.
+    #[arg(long)]
+    server: String,
+    /// The Lambda router's command line (`{port}`, `{processors}` substituted): the listing section.
+    #[arg(long)]
+    router: Option<String>,
+    /// The emulator's endpoint.
+    #[arg(long, env = "AWS_ENDPOINT_URL")]
+    emulator: String,
+    /// Comma-separated: listing, appends, readers (run in that order).
+    #[arg(long, default_value = "listing,appends,readers")]
+    sections: String,
+    /// Append rows, processes x writers x streams.
+    #[arg(long, default_value = "1x1x1,1x16x1,2x16x1,4x16x1,1x64x1,2x64x1,4x64x1,1x64x64")]
+    append_rows: String,
+    #[arg(long, default_value_t = 6.0)]
+    append_secs: f64,
+    #[arg(long, default_value = "long-poll,sse")]
+    reader_modes: String,
+    #[arg(long, default_value = "1,100,1000")]
+    reader_counts: String,
+    #[arg(long, default_value = "1,4")]
+    reader_processes: String,
+    /// Seconds the readers are watched while idle (the server's long-poll timeout is 20 s).
+    #[arg(long, default_value_t = 30.0)]
+    reader_window_secs: f64,
+    /// Appends whose wake is timed.
+    #[arg(long, default_value_t = 5)]
+    wake_appends: usize,
+    #[arg(long, default_value_t = 10_000)]
+    list_streams: usize,
+    #[arg(long, default_value_t = 10)]
+    list_matches: usize,
+    /// Seconds per calibration point (the emulator's ceiling, ds-load's); 0 skips.
+    #[arg(long, default_value_t = 2.0)]
+    calibration_secs: f64,
+    #[arg(long, default_value = "/tmp")]
+    work_dir: PathBuf,
+    #[arg(long, default_value = "The AWS substrate at scale, under the emulator's model of AWS")]
+    title: String,
+    /// Markdown put right after the title (machine, versions, command).
+    #[arg(long)]
+    preamble: Option<PathBuf>,
+    /// Also write the report here.
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+impl AwsScaleArgs {
+    fn params(&self) -> Result<ds_load::aws_scale::Params> {
+        let list = |s: &str| -> Result<Vec<usize>> {
+            s.split(',').filter(|x| !x.trim().is_empty()).map(|x| Ok(x.trim().parse()?)).collect()
+        };
+        Ok(ds_load::aws_scale::Params {
+            server: self.server.clone(),
+            router: self.router.clone(),
+            emulator: self.emulator.clone(),
+            sections: self.sections.split(',').map(|s| s.trim().to_string()).collect(),
+            append_rows: ds_load::aws_scale::parse_rows(&self.append_rows)?,
+            append_secs: self.append_secs,
+            reader_modes: self
+                .reader_modes
+                .split(',')
+                .map(ds_load::aws_scale::readers::Mode::parse)
+                .collect::<Result<_>>()?,
+            reader_counts: list(&self.reader_counts)?,
+            reader_processes: list(&self.reader_processes)?,
+            reader_window: Duration::from_secs_f64(self.reader_window_secs),
+            wake_appends: self.wake_appends,
+            list_streams: self.list_streams,
+            list_matches: self.list_matches,
+            calibration_secs: self.calibration_secs,
+            work_dir: self.work_dir.clone(),
+            title: self.title.clone(),
+            preamble: match &self.preamble {
+                Some(f) => std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?,
+                None => String::new(),
+            },
+        })
+    }
+}
+
+#[derive(Args)]
 struct Knobs {
     /// P1 and P7: seconds per append (create) run.
     #[arg(long, env = "DS_BENCH_P1_SECS", default_value_t = 3.0)]
@@ -274,6 +373,20 @@ async fn dispatch(cli: Cli) -> Result<i32> {
         }
         Cmd::AwsCalls { base, prefix, calls_url, ops } => {
             println!("{}", ds_load::aws::calls_per_op(&base, &prefix, &calls_url, ops).await?);
+            Ok(0)
+        }
+        Cmd::AwsCeiling { endpoint, concurrency, secs } => {
+            let threads = ds_load::workloads::append::load_threads();
+            println!("{}", ds_load::aws_ceiling::measure(&endpoint, concurrency, secs, threads).await?.markdown());
+            Ok(0)
+        }
+        Cmd::AwsScale(args) => {
+            std::fs::create_dir_all(&args.work_dir)?;
+            let md = ds_load::aws_scale::run(&args.params()?).await?;
+            println!("{md}");
+            if let Some(out) = &args.out {
+                std::fs::write(out, &md).with_context(|| format!("writing {}", out.display()))?;
+            }
             Ok(0)
         }
         Cmd::ProcessorLatency { base, prefix, source, target, iterations, settle_ms, pid } => {

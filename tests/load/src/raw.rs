@@ -49,15 +49,31 @@ impl Template {
         marker: &[u8],
         authorization: Option<&str>,
     ) -> Result<Self> {
+        let mut headers = vec![("content-type", content_type)];
+        if let Some(a) = authorization {
+            headers.insert(0, ("authorization", a));
+        }
+        Self::with_headers(method, host, path, &headers, body, marker)
+    }
+
+    /// A request with exactly these headers (besides host and
+    /// content-length), for APIs other than the protocol's (the AWS
+    /// emulator's JSON calls).
+    pub fn with_headers(
+        method: &str,
+        host: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+        marker: &[u8],
+    ) -> Result<Self> {
         if marker.len() != SEQ_DIGITS {
             bail!("patch marker must be {SEQ_DIGITS} bytes");
         }
-        let auth = auth_line(authorization);
-        let mut bytes = format!(
-            "{method} {path} HTTP/1.1\r\nhost: {host}\r\n{auth}content-type: {content_type}\r\ncontent-length: {}\r\n\r\n",
-            body.len()
-        )
-        .into_bytes();
+        let lines: String = headers.iter().map(|(k, v)| format!("{k}: {v}\r\n")).collect();
+        let mut bytes =
+            format!("{method} {path} HTTP/1.1\r\nhost: {host}\r\n{lines}content-length: {}\r\n\r\n", body.len())
+                .into_bytes();
         bytes.extend_from_slice(body);
         let patches: Vec<usize> =
             bytes.windows(SEQ_DIGITS).enumerate().filter(|(_, w)| *w == marker).map(|(i, _)| i).collect();
@@ -338,6 +354,9 @@ pub fn socket_addr(base: &str) -> Result<SocketAddr> {
 pub struct Run {
     pub acked: Vec<u64>,
     pub elapsed: Duration,
+    /// Send → whole answer of every acknowledged request, in µs (only when
+    /// the run was asked to time them: see [`drive_each`]).
+    pub latencies_us: Vec<f64>,
 }
 
 impl Run {
@@ -358,41 +377,57 @@ pub async fn drive(
     threads: usize,
     check: fn(&Reply) -> Result<()>,
 ) -> Result<Run> {
-    let n = templates.len();
+    let targets = templates.into_iter().map(|t| (addr, t)).collect();
+    drive_each(targets, duration, threads, check, false).await
+}
+
+/// [`drive`] with each connection to its own address (several server
+/// processes), and with every request's latency kept when `timed`.
+pub async fn drive_each(
+    targets: Vec<(SocketAddr, Template)>,
+    duration: Duration,
+    threads: usize,
+    check: fn(&Reply) -> Result<()>,
+    timed: bool,
+) -> Result<Run> {
+    let n = targets.len();
     let threads = threads.clamp(1, n.max(1));
     let start = Instant::now();
     let deadline = start + duration;
-    let mut groups: Vec<Vec<(usize, Template)>> = (0..threads).map(|_| Vec::new()).collect();
-    for (i, t) in templates.into_iter().enumerate() {
-        groups[i % threads].push((i, t));
+    let mut groups: Vec<Vec<(usize, SocketAddr, Template)>> = (0..threads).map(|_| Vec::new()).collect();
+    for (i, (addr, t)) in targets.into_iter().enumerate() {
+        groups[i % threads].push((i, addr, t));
     }
+    type Outcome = (usize, u64, Option<anyhow::Error>, Vec<f64>);
     let handles: Vec<_> = groups
         .into_iter()
         .map(|group| {
-            std::thread::spawn(move || -> Result<Vec<(usize, u64, Option<anyhow::Error>)>> {
+            std::thread::spawn(move || -> Result<Vec<Outcome>> {
                 let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-                Ok(rt.block_on(futures::future::join_all(group.into_iter().map(|(i, t)| async move {
-                    let (acked, err) = one_connection(addr, t, deadline, check).await;
-                    (i, acked, err)
+                Ok(rt.block_on(futures::future::join_all(group.into_iter().map(|(i, addr, t)| async move {
+                    let (acked, err, lat) = one_connection(addr, t, deadline, check, timed).await;
+                    (i, acked, err, lat)
                 }))))
             })
         })
         .collect();
     let mut acked = vec![0u64; n];
     let mut errors = Vec::new();
+    let mut latencies_us = Vec::new();
     for h in handles {
         let joined = tokio::task::spawn_blocking(move || h.join()).await?;
         let results = joined.map_err(|_| anyhow!("a load thread panicked"))??;
-        for (i, a, e) in results {
+        for (i, a, e, lat) in results {
             acked[i] = a;
             errors.extend(e);
+            latencies_us.extend(lat);
         }
     }
     let elapsed = start.elapsed();
     if let Some(first) = errors.first() {
         bail!("{} of {n} connections saw a failed request; first: {first:#}", errors.len());
     }
-    Ok(Run { acked, elapsed })
+    Ok(Run { acked, elapsed, latencies_us })
 }
 
 async fn one_connection(
@@ -400,17 +435,23 @@ async fn one_connection(
     mut t: Template,
     deadline: Instant,
     check: fn(&Reply) -> Result<()>,
-) -> (u64, Option<anyhow::Error>) {
+    timed: bool,
+) -> (u64, Option<anyhow::Error>, Vec<f64>) {
     let mut conn = Conn::new(addr);
     let mut acked = 0u64;
+    let mut lat = Vec::new();
     while Instant::now() < deadline {
         t.set_seq(acked + 1);
+        let sent = timed.then(Instant::now);
         match conn.exchange(t.bytes()).await.and_then(|r| check(&r)) {
             Ok(()) => acked += 1,
-            Err(e) => return (acked, Some(e)),
+            Err(e) => return (acked, Some(e), lat),
+        }
+        if let Some(sent) = sent {
+            lat.push(sent.elapsed().as_secs_f64() * 1e6);
         }
     }
-    (acked, None)
+    (acked, None, lat)
 }
 
 #[cfg(test)]
