@@ -8,6 +8,7 @@
 //! path prefixes. Tokens themselves are never logged or kept: only their
 //! SHA-256 digests.
 
+pub mod budget;
 pub mod jwks;
 pub mod jwt;
 pub mod mint;
@@ -17,6 +18,7 @@ pub mod tokens;
 
 use std::sync::Arc;
 
+pub use budget::{Budgets, Rate};
 pub use scope::{Grant, Grants, Op};
 pub use settings::AuthSettings;
 pub use tokens::StaticTokens;
