@@ -213,6 +213,9 @@ pub async fn run(
         checks.fail(format!("the claim names {paths:?}: want only mine/ streams"));
     }
     let claim_token = claimed["token"].as_str().unwrap_or_default().to_owned();
+    // A claim token acts on its wake only: as an access token it is nobody.
+    let r = send(Req::new("GET", stream(&n("mine/1?offset=-1"))).bearer(Some(&claim_token))).await;
+    checks.status("a claim token used to read a stream", r.status, &r.body, &[401]);
 
     // Nothing evil or peer saw names a secret stream or its offset.
     let r = root(Req::new("GET", stream(&n("mine/wakes?offset=-1")))).await;

@@ -18,15 +18,16 @@ struct Secured {
     _dir: tempfile::TempDir,
 }
 
-async fn secured(others: &[(&str, &str)], extra: &[&str]) -> Secured {
+/// `others`: (name, token, the prefix it may read, write and administer).
+async fn secured(others: &[(&str, &str, &str)], extra: &[&str]) -> Secured {
     let dir = tempfile::tempdir().unwrap();
     let secret = access::new_secret();
     let root = ds_auth::tokens::generate();
     let mut tokens = vec![serde_json::json!({"name": "root", "sha256": ds_auth::tokens::digest_hex(&root),
         "streams": [{"prefix": "", "ops": ["read", "write", "admin"]}]})];
-    for (name, token) in others {
+    for (name, token, prefix) in others {
         tokens.push(serde_json::json!({"name": name, "sha256": ds_auth::tokens::digest_hex(token),
-            "streams": [{"prefix": "", "ops": ["read", "write", "admin"]}]}));
+            "streams": [{"prefix": prefix, "ops": ["read", "write", "admin"]}]}));
     }
     std::fs::write(dir.path().join("secret"), &secret).unwrap();
     std::fs::write(dir.path().join("tokens.json"), serde_json::json!({ "tokens": tokens }).to_string()).unwrap();
@@ -71,6 +72,9 @@ async fn every_row_of_the_route_table_on_the_local_server() {
     assert!(!metrics.contains("walk/"), "a stream path in the metrics:\n{metrics}");
     let log = s.server.log();
     assert!(log.contains("request out of scope") && log.contains("request not authenticated"), "debug logs are on");
+    // (The log may be coloured: look for the field and its value on one line.)
+    let names_subject = |l: &&str| l.contains("out of scope") && l.contains("subject") && l.contains("walker");
+    assert!(log.lines().any(|l| names_subject(&l)), "a refusal names the principal by its subject");
     assert!(!log.contains(&s.root), "a static token was logged");
     // Every JWT the walk sent starts with the base64 of `{"`.
     assert!(!log.contains("eyJ"), "a JWT was logged");
@@ -78,13 +82,16 @@ async fn every_row_of_the_route_table_on_the_local_server() {
 
 /// Two credentials with the same grants: one spends its budget (`429` with
 /// `Retry-After`), the other is unaffected; a credential given its own
-/// budget (`off`) has none.
+/// budget (`off`) has none; refused requests spend budget too.
 #[tokio::test]
 async fn a_credential_over_its_budget_gets_429_and_others_do_not() {
-    let (a, b, free) = (ds_auth::tokens::generate(), ds_auth::tokens::generate(), ds_auth::tokens::generate());
-    let s =
-        secured(&[("a", &a), ("b", &b), ("free", &free)], &["--rate-limit", "1/min:3", "--rate-limit-for", "free=off"])
-            .await;
+    let t = ds_auth::tokens::generate;
+    let (a, b, free, narrow) = (t(), t(), t(), t());
+    let s = secured(
+        &[("a", &a, ""), ("b", &b, ""), ("free", &free, ""), ("narrow", &narrow, "elsewhere/")],
+        &["--rate-limit", "1/min:3", "--rate-limit-for", "free=off"],
+    )
+    .await;
     let send = tcp_sender(s.server.base.clone());
     let create = |t: &str| Req::new("PUT", "/v1/stream/budget").header("content-type", "text/plain").bearer(Some(t));
     assert_eq!(send(create(&s.root)).await.status, 201, "root has a budget too, and this is its first request");
@@ -105,6 +112,10 @@ async fn a_credential_over_its_budget_gets_429_and_others_do_not() {
     for i in 0..20 {
         assert_eq!(send(head(&free)).await.status, 200, "free's request {i}: no budget");
     }
+    for i in 0..3 {
+        assert_eq!(send(head(&narrow)).await.status, 403, "narrow's request {i} is out of scope");
+    }
+    assert_eq!(send(head(&narrow)).await.status, 429, "refused requests spent narrow's budget");
     // Requests without a credential spend nobody's budget, and public ones need none.
     assert_eq!(send(Req::new("HEAD", "/v1/stream/budget")).await.status, 401);
     assert_eq!(send(Req::new("GET", "/health")).await.status, 200);
