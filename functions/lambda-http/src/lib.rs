@@ -133,7 +133,9 @@ pub fn router(service: StreamService, http: ds_http::HttpConfig) -> axum::Router
 
 /// Access control, CORS and metrics from settings (see the crate docs).
 pub fn operations<F: Fn(&str) -> Option<String>>(env: &Settings<F>) -> anyhow::Result<ds_http::Operations> {
-    let access = AuthSettings::from_env(env).and_then(AuthSettings::build).map_err(anyhow::Error::msg)?;
+    let settings = AuthSettings::from_env(env).map_err(anyhow::Error::msg)?;
+    let rate_limits = settings.budgets().map_err(anyhow::Error::msg)?.map(Arc::new);
+    let access = settings.build().map_err(anyhow::Error::msg)?;
     if access.is_none() {
         tracing::info!("no access control configured in the function: the Function URL's AWS_IAM auth must guard it");
     }
@@ -149,6 +151,7 @@ pub fn operations<F: Fn(&str) -> Option<String>>(env: &Settings<F>) -> anyhow::R
     Ok(ds_http::Operations {
         public_url,
         access: access.map(Arc::new),
+        rate_limits,
         cors,
         metrics,
         store_name: "aws",

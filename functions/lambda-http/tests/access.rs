@@ -1,84 +1,76 @@
 //! Access control inside the HTTP function (for `AuthType: NONE` Function
-//! URLs), configured from the environment as the template sets it: the same
-//! route × token matrix as the local server, as Function URL events through
-//! the real handler over the AWS substrate on the emulator.
+//! URLs), configured from the environment as the template sets it: the walk
+//! over every row of the route table, as on the local server, and
+//! per-credential rate limits, as Function URL events through the real
+//! handler over the AWS substrate on the emulator.
 
 mod common;
 
 use std::collections::HashMap;
-use std::future::Future;
-use std::pin::Pin;
 
-use base64::Engine;
-use ds_e2e::access::{self, Req, Resp};
+use ds_e2e::access::{self, Req};
+use ds_e2e::walk::{self, Host};
 use ds_e2e::Checks;
-use http_body_util::BodyExt;
-use lambda_http::request::LambdaRequest;
-use tower::ServiceExt;
 
-fn event(req: &Req) -> String {
-    let (path, query) = req.target.split_once('?').unwrap_or((&req.target, ""));
-    let mut headers: HashMap<String, String> = req.headers.iter().cloned().collect();
-    headers.insert("host".into(), "abcdefghij.lambda-url.us-east-1.on.aws".into());
-    headers.insert("x-forwarded-proto".into(), "https".into());
-    serde_json::json!({
-        "version": "2.0",
-        "routeKey": "$default",
-        "rawPath": path,
-        "rawQueryString": query,
-        "headers": headers,
-        "requestContext": {
-            "accountId": "anonymous", "apiId": "abcdefghij",
-            "domainName": "abcdefghij.lambda-url.us-east-1.on.aws", "domainPrefix": "abcdefghij",
-            "http": { "method": req.method, "path": path, "protocol": "HTTP/1.1", "sourceIp": "203.0.113.7", "userAgent": "matrix/1.0" },
-            "requestId": "33333333-2222-3333-4444-555555555555", "routeKey": "$default", "stage": "$default",
-            "time": "30/Nov/2026:11:00:01 +0000", "timeEpoch": 1796036401000u64
-        },
-        "body": base64::engine::general_purpose::STANDARD.encode(&req.body),
-        "isBase64Encoded": true
-    })
-    .to_string()
+fn token_file(tokens: &[(&str, &str)]) -> String {
+    let entries: Vec<serde_json::Value> = tokens
+        .iter()
+        .map(|(name, token)| {
+            serde_json::json!({"name": name, "sha256": ds_auth::tokens::digest_hex(token),
+                "streams": [{"prefix": "", "ops": ["read", "write", "admin"]}]})
+        })
+        .collect();
+    serde_json::json!({ "tokens": entries }).to_string()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_route_and_token_case_through_the_handler() {
-    if !common::emulator("every_route_and_token_case_through_the_handler") {
+async fn every_row_of_the_route_table_through_the_handler() {
+    if !common::emulator("every_row_of_the_route_table_through_the_handler") {
         return;
     }
     let secret = access::new_secret();
     let root = ds_auth::tokens::generate();
-    let tokens = serde_json::json!({"tokens": [{"name": "root", "sha256": ds_auth::tokens::digest_hex(&root),
-        "streams": [{"prefix": "", "ops": ["read", "write", "admin"]}]}]})
-    .to_string();
+    // The emulator's table is shared by the tests: paths of this run only.
+    let tag = format!("walk{}", std::process::id());
     let env: HashMap<&str, String> = HashMap::from([
-        ("DS_AUTH_TOKENS", tokens),
+        ("DS_AUTH_TOKENS", token_file(&[("root", &root)])),
         ("DS_JWT_HS256_SECRET", secret.clone()),
         ("DS_JWT_ISSUER", access::ISSUER.to_owned()),
         ("DS_JWT_AUDIENCE", access::AUDIENCE.to_owned()),
+        ("DS_PROCESSORS", walk::processors_toml(&tag)),
     ]);
-    let settings = ds_config::Settings::new(move |k: &str| env.get(k).cloned());
-    let ops = lambda_http_fn::operations(&settings).expect("operations from env");
-    assert!(ops.access.is_some(), "access control is on");
-    let http = lambda_http_fn::http_config_from_env().expect("cfg");
-    let router = ds_http::router_with(common::service().await, http, ops);
-    let handler = lambda_http_fn::handler(router);
-
-    let send = move |req: Req| -> Pin<Box<dyn Future<Output = Resp> + Send>> {
-        let handler = handler.clone();
-        Box::pin(async move {
-            let event: LambdaRequest = serde_json::from_str(&event(&req)).expect("a Function URL event");
-            let resp = handler.oneshot(event.into()).await.expect("infallible");
-            let (parts, body) = resp.into_parts();
-            let h = |n: &str| parts.headers.get(n).and_then(|v| v.to_str().ok()).map(str::to_owned);
-            let status = parts.status.as_u16();
-            let body = if status >= 400 { body.collect().await.expect("body").to_bytes().to_vec() } else { Vec::new() };
-            Resp { status, www_authenticate: h("www-authenticate"), content_type: h("content-type"), body }
-        })
-    };
-    let tag = format!("lambda-matrix-{}", std::process::id());
+    let send = common::handler_sender(common::router(common::service().await, env).await);
     let mut checks = Checks::new();
     // No Prometheus endpoint on Lambda (EMF lines instead): an in-scope
     // /metrics is a 404, still only after authentication.
-    access::run(&send, &secret, &root, &tag, 404, &mut checks).await;
-    checks.finish("access matrix (Lambda handler)");
+    let rows = walk::walk_route_table(&send, &secret, &root, &tag, &Host { metrics: 404 }, &mut checks).await;
+    println!("route table: {rows} rows walked, {} checks", checks.count());
+    checks.finish("route table walk (Lambda handler)");
+}
+
+/// Budgets are per execution environment on Lambda: this handler is one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_credential_over_its_budget_gets_429_through_the_handler() {
+    if !common::emulator("a_credential_over_its_budget_gets_429_through_the_handler") {
+        return;
+    }
+    let (a, b) = (ds_auth::tokens::generate(), ds_auth::tokens::generate());
+    let env: HashMap<&str, String> = HashMap::from([
+        ("DS_AUTH_TOKENS", token_file(&[("a", &a), ("b", &b)])),
+        ("DS_RATE_LIMIT", "1/min:2".to_owned()),
+    ]);
+    let send = common::handler_sender(common::router(common::service().await, env).await);
+    // The emulator's table is shared by the tests: a stream of this run only.
+    let stream = format!("/v1/stream/budget{}", std::process::id());
+    let head = |t: &str| Req::new("HEAD", stream.clone()).bearer(Some(t));
+    let created = send(Req::new("PUT", stream.clone()).header("content-type", "text/plain").bearer(Some(&a))).await;
+    assert_eq!(created.status, 201);
+    assert_eq!(send(head(&a)).await.status, 200, "a's second request: its burst is 2");
+    let over = send(head(&a)).await;
+    assert_eq!(over.status, 429);
+    let retry: u64 = over.retry_after.as_deref().expect("Retry-After").parse().expect("seconds");
+    assert!((1..=60).contains(&retry), "{retry}");
+    for i in 0..2 {
+        assert_eq!(send(head(&b)).await.status, 200, "b's request {i}: its own budget");
+    }
 }

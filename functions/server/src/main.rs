@@ -28,7 +28,15 @@ async fn main() -> anyhow::Result<()> {
 }
 
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    // Everything that can refuse the configuration comes first: a refused
+    // start leaves the data directory as it found it (no store files, no
+    // webhook signing key).
+    let access = args.security.access()?;
+    args.security.check_bind(args.bind, access.auth.is_some())?;
+    let tls = args.security.tls()?.map(|(cert, key)| tls::server_config(&cert, &key)).transpose()?;
+    let cors = args.security.cors(access.auth.is_some())?;
     let processors = processors::load(args.processors.as_deref())?;
+    access.prefetch().await;
     let (mut substrate, expiry_due) = stores::open(&args).await?;
     let tap = ds_subscriptions::tap_hub(&mut substrate);
     let substrate = match &processors {
@@ -56,12 +64,10 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     if let Some(p) = &processors {
         p.start(&service).await?;
     }
-    let access = args.security.authenticator().await?;
-    args.security.check_bind(args.bind, access.is_some())?;
-    let tls = args.security.tls()?.map(|(cert, key)| tls::server_config(&cert, &key)).transpose()?;
     let ops = ds_http::Operations {
-        cors: args.security.cors(access.is_some())?,
-        access,
+        cors,
+        access: access.auth,
+        rate_limits: access.budgets,
         metrics: Some(stores::prometheus(&service, processors.iter().map(|p| p.gauges()).collect())?),
         store_name: stores::name(args.store),
         https: tls.is_some(),

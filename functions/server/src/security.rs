@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use ds_auth::{AuthSettings, Authenticator};
+use ds_auth::{AuthSettings, Authenticator, Budgets, Rate};
 use ds_http::Cors;
 
 #[derive(clap::Args, Debug)]
@@ -54,6 +54,33 @@ pub struct SecurityArgs {
     /// list. Default: `*` without access control, none with it.
     #[arg(long, env = "DS_CORS_ORIGINS")]
     pub cors_origins: Option<String>,
+    /// Every credential's request budget (needs access control): N/s, N/min
+    /// or N/h, optionally :BURST (e.g. 100/s, 6000/min:500); past it, 429 with
+    /// Retry-After.
+    #[arg(long, env = "DS_RATE_LIMIT", value_parser = Rate::parse)]
+    pub rate_limit: Option<Rate>,
+    /// A credential's own budget: NAME=RATE or NAME=off, NAME being the
+    /// token's name or the JWT's sub (repeatable; env: comma-separated).
+    #[arg(long, env = "DS_RATE_LIMIT_FOR", value_delimiter = ',', value_parser = Budgets::parse_named)]
+    pub rate_limit_for: Vec<(String, Option<Rate>)>,
+}
+
+/// Access control as configured: who is let in, and how often.
+pub struct Access {
+    pub auth: Option<Arc<Authenticator>>,
+    pub budgets: Option<Arc<Budgets>>,
+}
+
+impl Access {
+    /// Fetches the JWKS once, so a wrong URL shows up in the start-up log.
+    pub async fn prefetch(&self) {
+        let Some(auth) = &self.auth else { return };
+        match auth.prefetch_keys().await {
+            Some(Ok(n)) => tracing::info!(keys = n, "JWKS fetched"),
+            Some(Err(e)) => tracing::warn!(error = %e, "JWKS not fetched yet; JWTs fail until it is"),
+            None => {}
+        }
+    }
 }
 
 fn read(path: &Option<PathBuf>, what: &str) -> anyhow::Result<Option<Vec<u8>>> {
@@ -61,9 +88,10 @@ fn read(path: &Option<PathBuf>, what: &str) -> anyhow::Result<Option<Vec<u8>>> {
 }
 
 impl SecurityArgs {
-    /// The authenticator (`None`: access control off). Fetches the JWKS once
-    /// so a wrong URL shows up in the start-up log.
-    pub async fn authenticator(&self) -> anyhow::Result<Option<Arc<Authenticator>>> {
+    /// The authenticator (`None`: access control off) and the request
+    /// budgets, from the flags and the files they name. Opens nothing else
+    /// and connects nowhere ([`Self::prefetch`] fetches a JWKS).
+    pub fn access(&self) -> anyhow::Result<Access> {
         let tokens_json = read(&self.auth_tokens_file, "token file")?
             .map(|b| String::from_utf8(b).context("the token file is not UTF-8"))
             .transpose()?;
@@ -79,16 +107,12 @@ impl SecurityArgs {
             jwt_issuer: self.jwt_issuer.clone(),
             jwt_audience: self.jwt_audience.clone(),
             jwt_leeway: self.jwt_leeway,
+            rate_limit: self.rate_limit,
+            rate_limit_for: self.rate_limit_for.clone(),
         };
-        let Some(auth) = settings.build().map_err(anyhow::Error::msg).context("access control")? else {
-            return Ok(None);
-        };
-        match auth.prefetch_keys().await {
-            Some(Ok(n)) => tracing::info!(keys = n, "JWKS fetched"),
-            Some(Err(e)) => tracing::warn!(error = %e, "JWKS not fetched yet; JWTs fail until it is"),
-            None => {}
-        }
-        Ok(Some(Arc::new(auth)))
+        let budgets = settings.budgets().map_err(anyhow::Error::msg).context("--rate-limit")?.map(Arc::new);
+        let auth = settings.build().map_err(anyhow::Error::msg).context("access control")?.map(Arc::new);
+        Ok(Access { auth, budgets })
     }
 
     /// Refuse a non-loopback bind without access control, unless told to.

@@ -6,8 +6,10 @@
 //! key or a JWKS URL). Either way it resolves to a [`Principal`] whose
 //! [`Grants`] say which operations ([`Op`]) it may perform under which stream
 //! path prefixes. Tokens themselves are never logged or kept: only their
-//! SHA-256 digests.
+//! SHA-256 digests. [`budget`] keeps optional request budgets per principal
+//! (rate limits, `429`).
 
+pub mod budget;
 pub mod jwks;
 pub mod jwt;
 pub mod mint;
@@ -17,6 +19,7 @@ pub mod tokens;
 
 use std::sync::Arc;
 
+pub use budget::{Budgets, Rate};
 pub use scope::{Grant, Grants, Op};
 pub use settings::AuthSettings;
 pub use tokens::StaticTokens;

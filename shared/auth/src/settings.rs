@@ -7,6 +7,7 @@ use std::time::Duration;
 use ds_config::Settings;
 use ds_egress::{EgressClient, EgressConfig};
 
+use crate::budget::{Budgets, Rate};
 use crate::jwks::JwksCache;
 use crate::jwt::{public_key_from_pem, JwtKeys, JwtVerifier};
 use crate::{Authenticator, StaticTokens};
@@ -28,6 +29,10 @@ pub struct AuthSettings {
     pub jwt_audience: Option<String>,
     /// Clock-skew allowance for `exp` and `nbf`.
     pub jwt_leeway: Duration,
+    /// Every credential's request budget (`None`: unlimited).
+    pub rate_limit: Option<Rate>,
+    /// Credentials' own budgets, by token name or JWT `sub` (`None`: unlimited).
+    pub rate_limit_for: Vec<(String, Option<Rate>)>,
 }
 
 impl Default for AuthSettings {
@@ -43,6 +48,8 @@ impl Default for AuthSettings {
             jwt_issuer: None,
             jwt_audience: None,
             jwt_leeway: Duration::from_secs(30),
+            rate_limit: None,
+            rate_limit_for: Vec::new(),
         }
     }
 }
@@ -50,7 +57,9 @@ impl Default for AuthSettings {
 impl AuthSettings {
     /// Reads `DS_AUTH_TOKENS` (the token file's JSON, inline),
     /// `DS_JWT_HS256_SECRET`, `DS_JWT_PUBLIC_KEY` (PEM text), `DS_JWKS_URL`,
-    /// `DS_JWKS_REFRESH`, `DS_JWT_ISSUER`, `DS_JWT_AUDIENCE`, `DS_JWT_LEEWAY`.
+    /// `DS_JWKS_REFRESH`, `DS_JWT_ISSUER`, `DS_JWT_AUDIENCE`, `DS_JWT_LEEWAY`,
+    /// `DS_RATE_LIMIT` (a [`Rate`]) and `DS_RATE_LIMIT_FOR` (comma-separated
+    /// `NAME=RATE` or `NAME=off`).
     pub fn from_env<F: Fn(&str) -> Option<String>>(env: &Settings<F>) -> Result<Self, String> {
         let d = Self::default();
         Ok(Self {
@@ -64,6 +73,19 @@ impl AuthSettings {
             jwt_issuer: env.raw("DS_JWT_ISSUER"),
             jwt_audience: env.raw("DS_JWT_AUDIENCE"),
             jwt_leeway: env.duration("DS_JWT_LEEWAY").map_err(|e| e.to_string())?.unwrap_or(d.jwt_leeway),
+            rate_limit: env
+                .raw("DS_RATE_LIMIT")
+                .map(|r| Rate::parse(&r))
+                .transpose()
+                .map_err(|e| format!("DS_RATE_LIMIT: {e}"))?,
+            rate_limit_for: env
+                .raw("DS_RATE_LIMIT_FOR")
+                .unwrap_or_default()
+                .split(',')
+                .filter(|item| !item.trim().is_empty())
+                .map(Budgets::parse_named)
+                .collect::<Result<_, _>>()
+                .map_err(|e| format!("DS_RATE_LIMIT_FOR: {e}"))?,
         })
     }
 
@@ -74,6 +96,17 @@ impl AuthSettings {
     /// Whether any credential is configured (access control is on).
     pub fn is_configured(&self) -> bool {
         self.tokens_json.is_some() || self.jwt_configured()
+    }
+
+    /// The request budgets, or `None` when no credential has one. A budget
+    /// belongs to a credential, so budgets without access control are a
+    /// configuration error.
+    pub fn budgets(&self) -> Result<Option<Budgets>, String> {
+        let budgets = Budgets::new(self.rate_limit, self.rate_limit_for.clone());
+        if budgets.is_some() && !self.is_configured() {
+            return Err("rate limits are per credential: they need access control (static tokens or a JWT key)".into());
+        }
+        Ok(budgets)
     }
 
     /// The authenticator, or `None` when nothing is configured. Checks the

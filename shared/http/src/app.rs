@@ -20,10 +20,9 @@ use axum::response::Response;
 use tower::Service;
 
 use crate::direct::Direct;
-use crate::dispatch::Dispatch;
 use crate::edge::EdgeService;
 
-type Inner = EdgeService<Dispatch>;
+type Inner = EdgeService;
 
 /// The protocol's HTTP service (see the module docs); built by
 /// [`crate::app_with`].

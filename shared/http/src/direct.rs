@@ -34,11 +34,11 @@ use bytes::Bytes;
 use tracing::Instrument;
 
 use crate::append::{append, AppendHeaders, Appended};
-use crate::classify::{Access, Class, APPEND_ROUTE};
 use crate::cors::{Cors, CorsAnswer};
 use crate::error::ApiError;
 use crate::h1::put_header;
 use crate::metrics::{Exchange, Metrics, Observation};
+use crate::routes::{Class, RouteId, APPEND_ROUTE};
 use crate::{dispatch, layers, AppState};
 
 /// What serves appends directly: the router's state and the edge's CORS
@@ -170,7 +170,7 @@ impl Direct {
         }
         match &self.metrics {
             Some(m) => {
-                let class = Class { route: APPEND_ROUTE, access: Access::Public, live: None };
+                let class = Class::of(RouteId::StreamAppend);
                 Observation::begin(m.clone(), &class, &Method::POST, start)
                     .finish(resp, Arc::new(AtomicU64::new(bytes_in)))
             }

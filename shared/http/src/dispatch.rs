@@ -1,60 +1,92 @@
-//! The innermost service under the [`crate::edge`]: requests for a stream
-//! (`/v1/stream/{path}`) go straight to [`handlers::stream`]; everything
-//! else (health, metrics, the processors' API, the bare `/v1/stream`, the
-//! 404 fallback) goes through an axum [`Router`].
+//! The innermost service under the [`crate::edge`]: each request goes to
+//! the handler of the row of the route table ([`crate::routes`]) the edge
+//! found for it.
 //!
-//! Why not one `Router` for all: axum boxes each route as a clonable
-//! service and each layer applied to a router is applied per route, so an
-//! append used to pay a boxed clone and a boxed future per layer per level,
-//! plus the matched-path and URL-parameter extensions it never reads —
-//! about a fifth of the allocations of a 100 B append (profiled with
-//! callgrind, memory store). The stream route needs none of that: it parses
-//! its own path ([`crate::request::stream_path`]).
+//! Why no axum `Router`: axum boxes each route as a clonable service and
+//! each layer applied to a router is applied per route, so an append used
+//! to pay a boxed clone and a boxed future per layer per level, plus the
+//! matched-path and URL-parameter extensions it never reads — about a fifth
+//! of the allocations of a 100 B append (profiled with callgrind, memory
+//! store). And the route table already says which route a request takes.
 
 use std::convert::Infallible;
-use std::task::{Context, Poll};
+use std::sync::Arc;
 
 use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderValue, Method};
-use axum::response::Response;
-use axum::Router;
-use futures::future::{BoxFuture, Either, FutureExt, Map};
-use tower::Service;
+use axum::response::{IntoResponse, Response};
+use futures::future::{BoxFuture, FutureExt, Map};
 
+use crate::health::Health;
+use crate::metrics::Metrics;
+use crate::processors::{self, Operator};
+use crate::routes::RouteId as R;
 use crate::{handlers, AppState};
 
 /// Stream paths start with this and go on (`/v1/stream/` alone is not one).
 pub(crate) const STREAM_PREFIX: &str = "/v1/stream/";
 
 #[derive(Clone)]
-// `pub` (in a private module) only because [`crate::App`]'s future type names it.
-pub struct Dispatch {
+pub(crate) struct Dispatch {
     pub(crate) streams: AppState,
-    /// Every other route, with its own state.
-    pub(crate) others: Router,
+    /// What the routes outside `/v1/stream/` serve from.
+    pub(crate) health: Arc<Health>,
+    pub(crate) metrics: Option<Arc<dyn Metrics>>,
+    pub(crate) processors: Operator,
 }
 
 type Answered = fn(Response) -> Result<Response, Infallible>;
 
-impl Service<Request> for Dispatch {
-    type Response = Response;
-    type Error = Infallible;
-    type Future = Either<Map<BoxFuture<'static, Response>, Answered>, <Router as Service<Request>>::Future>;
+/// The future of one routed request.
+pub(crate) type RouteFuture = Map<BoxFuture<'static, Response>, Answered>;
 
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        // Neither side has back-pressure (the router is always ready).
-        Poll::Ready(Ok(()))
+impl Dispatch {
+    /// Runs the handler of the row `route` (see [`crate::routes`]). An
+    /// exhaustive match: a new route id needs its handler here, and a test
+    /// needs its row in the table.
+    pub(crate) fn route(&self, route: R, req: Request) -> RouteFuture {
+        let finish = if req.method() == Method::HEAD { answered_head as Answered } else { answered as Answered };
+        let run: BoxFuture<'static, Response> = match route {
+            R::StreamFork
+            | R::StreamCreate
+            | R::StreamAppend
+            | R::StreamSse
+            | R::StreamLongPoll
+            | R::StreamRead
+            | R::StreamHead
+            | R::StreamDelete
+            | R::StreamOther
+            | R::StreamBadPath
+            | R::Jwks
+            | R::JwksOther
+            | R::SubscriptionPut
+            | R::SubscriptionGet
+            | R::SubscriptionDelete
+            | R::SubscriptionAddStreams
+            | R::SubscriptionRemoveStream
+            | R::SubscriptionClaim
+            | R::SubscriptionAck
+            | R::SubscriptionCallback
+            | R::SubscriptionRelease
+            | R::SubscriptionOther
+            | R::ReservedOther => handlers::stream(self.streams.clone(), route, req),
+            R::Health if read(&req) => Box::pin(crate::health::health(State(self.health.clone()))),
+            R::Metrics if read(&req) => Box::pin(crate::render_metrics(self.metrics.clone())),
+            R::Health | R::Metrics => Box::pin(async { processors::method_not_allowed("GET, HEAD").into_response() }),
+            R::ProcessorsList | R::ProcessorShow | R::ProcessorControl | R::ProcessorBadPath => {
+                Box::pin(processors::handle(State(self.processors.clone()), req))
+            }
+            R::NoStreamPath => Box::pin(handlers::not_a_stream()),
+            // The edge answers preflights itself.
+            R::Preflight | R::Unrouted => Box::pin(handlers::not_found()),
+        };
+        run.map(finish)
     }
+}
 
-    fn call(&mut self, req: Request) -> Self::Future {
-        if is_stream_path(req.uri().path()) {
-            let finish = if req.method() == Method::HEAD { answered_head as Answered } else { answered as Answered };
-            Either::Left(handlers::stream(State(self.streams.clone()), req).map(finish))
-        } else {
-            Either::Right(self.others.call(req))
-        }
-    }
+fn read(req: &Request) -> bool {
+    matches!(*req.method(), Method::GET | Method::HEAD)
 }
 
 /// What axum's router did to every response it served (so hosts that do
@@ -79,25 +111,4 @@ fn answered_head(resp: Response) -> Result<Response, Infallible> {
     let mut resp = answered(resp)?;
     *resp.body_mut() = Body::empty();
     Ok(resp)
-}
-
-/// The paths the router's `/v1/stream/{*path}` would match: the prefix and
-/// at least one more byte.
-fn is_stream_path(path: &str) -> bool {
-    path.strip_prefix(STREAM_PREFIX).is_some_and(|rest| !rest.is_empty())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::is_stream_path;
-
-    #[test]
-    fn stream_paths_are_the_prefix_and_more() {
-        for yes in ["/v1/stream/a", "/v1/stream/a/b", "/v1/stream/__ds/x", "/v1/stream/%2F", "/v1/stream//"] {
-            assert!(is_stream_path(yes), "{yes}");
-        }
-        for no in ["/v1/stream/", "/v1/stream", "/v1/streams/a", "/health", "/", "/v1/processors/x", "v1/stream/a"] {
-            assert!(!is_stream_path(no), "{no}");
-        }
-    }
 }

@@ -1,8 +1,8 @@
-//! The edge of the router: one tower layer around every route that opens
-//! the request's tracing span, classifies the request once
-//! ([`crate::classify`]) and then, in order, counts it for metrics, answers
-//! CORS preflight, checks access, runs the route, adds the headers every
-//! response carries, and logs a server error.
+//! The edge of the router: one service around every route that opens the
+//! request's tracing span, finds the request's row of the route table once
+//! ([`crate::routes`]) and then, in order, counts it for metrics, answers
+//! CORS preflight, checks access, runs the row's route, adds the headers
+//! every response carries, and logs a server error.
 //!
 //! One layer rather than three `axum::middleware::from_fn` layers: each of
 //! those cloned the router and boxed its own future per request, and two of
@@ -20,50 +20,46 @@ use std::time::Instant;
 use axum::extract::Request;
 use axum::http::Method;
 use axum::response::Response;
-use ds_auth::Authenticator;
 use futures::future::BoxFuture;
-use tower::{Layer, Service};
+use tower::Service;
 use tracing::Instrument;
 
-use crate::classify::{classify, Class};
+use crate::access::{self, Caller, Gate};
 use crate::cors::Cors;
+use crate::dispatch::{Dispatch, RouteFuture};
 use crate::metrics::Metrics;
-use crate::{access, layers, metrics};
+use crate::routes::{classify, Class};
+use crate::{layers, metrics};
 
 /// What the edge does around each request; `None` parts are skipped.
 #[derive(Clone)]
 pub(crate) struct Edge {
     pub cors: Arc<Cors>,
-    pub access: Option<Arc<Authenticator>>,
+    pub access: Option<Arc<Gate>>,
     pub metrics: Option<Arc<dyn Metrics>>,
-}
-
-impl<S> Layer<S> for Edge {
-    type Service = EdgeService<S>;
-
-    fn layer(&self, inner: S) -> Self::Service {
-        EdgeService { edge: self.clone(), inner }
-    }
 }
 
 #[derive(Clone)]
 // `pub` (in a private module) only because [`crate::App`]'s future type names it.
-pub struct EdgeService<S> {
+pub struct EdgeService {
     edge: Edge,
-    inner: S,
+    inner: Dispatch,
 }
 
-impl<S> Service<Request> for EdgeService<S>
-where
-    S: Service<Request, Response = Response, Error = Infallible> + Clone + Send + 'static,
-    S::Future: Send + 'static,
-{
+impl EdgeService {
+    pub(crate) fn new(edge: Edge, inner: Dispatch) -> Self {
+        Self { edge, inner }
+    }
+}
+
+impl Service<Request> for EdgeService {
     type Response = Response;
     type Error = Infallible;
     type Future = BoxFuture<'static, Result<Response, Infallible>>;
 
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        self.inner.poll_ready(cx)
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        // The dispatch has no back-pressure.
+        Poll::Ready(Ok(()))
     }
 
     fn call(&mut self, req: Request) -> Self::Future {
@@ -71,14 +67,13 @@ where
         // Debug level, as `tower_http`'s trace layer had it: off by default,
         // and then one check of a cached interest per request.
         let span = tracing::debug_span!("request", method = %req.method(), uri = %req.uri(), version = ?req.version());
-        let class: Option<Class> = (self.edge.metrics.is_some() || self.edge.access.is_some())
-            .then(|| classify(req.method(), req.uri(), req.headers(), self.edge.access.is_some()));
+        // The row decides the route, so every request is classified; its
+        // grants are resolved only when access control will check them.
+        let class = classify(req.method(), req.uri(), req.headers(), self.edge.access.is_some());
         let cors = self.edge.cors.answer(req.method(), req.headers().get(http::header::ORIGIN).map(|o| o.as_bytes()));
-        let observed = match (&self.edge.metrics, &class) {
-            (Some(m), Some(class)) => Some(metrics::Observation::begin(m.clone(), class, req.method(), start)),
-            _ => None,
-        };
-        let (req, bytes_in) = match &observed {
+        let observed =
+            self.edge.metrics.as_ref().map(|m| metrics::Observation::begin(m.clone(), &class, req.method(), start));
+        let (mut req, bytes_in) = match &observed {
             Some(_) => {
                 let (req, n) = metrics::count_in(req);
                 (req, Some(n))
@@ -90,18 +85,24 @@ where
         let answer = if req.method() == Method::OPTIONS {
             Answer::Now(layers::preflight(&req))
         } else {
-            // The clone is the fresh service; the one polled ready runs this call.
-            let fresh = self.inner.clone();
-            let mut inner = std::mem::replace(&mut self.inner, fresh);
-            match (&self.edge.access, class) {
+            match &self.edge.access {
                 // Most requests carry a token the check can settle at once:
                 // they run the route as if access control were off.
-                (Some(auth), Some(class)) => match access::check_now(auth, &class, req.headers()) {
-                    access::Verdict::Allow => Answer::Route(inner.call(req)),
+                Some(gate) => match access::check_now(gate, &class, req.headers()) {
+                    access::Verdict::Allow(caller) => {
+                        Answer::Route(self.inner.route(class.row.id, with_caller(&class, caller, req)))
+                    }
                     access::Verdict::Deny(denied) => Answer::Now(denied),
-                    access::Verdict::Pending => Answer::AfterAccess(Box::pin(guarded(auth.clone(), class, req, inner))),
+                    access::Verdict::Pending => {
+                        Answer::AfterAccess(Box::pin(guarded(gate.clone(), class, req, self.inner.clone())))
+                    }
                 },
-                _ => Answer::Route(inner.call(req)),
+                None => {
+                    if class.defers() {
+                        req.extensions_mut().insert(Caller::Unchecked);
+                    }
+                    Answer::Route(self.inner.route(class.row.id, req))
+                }
             }
         };
         Box::pin(
@@ -126,22 +127,28 @@ where
 }
 
 /// How the edge answers a request.
-enum Answer<F> {
+enum Answer {
     /// Without running a route (CORS preflight, access denied).
     Now(Response),
     /// The route's own future.
-    Route(F),
+    Route(RouteFuture),
     /// The access check that must wait (a JWT to verify), then the route
     /// (boxed: it holds the request).
     AfterAccess(BoxFuture<'static, Response>),
 }
 
-async fn guarded<S>(auth: Arc<Authenticator>, class: Class, req: Request, mut inner: S) -> Response
-where
-    S: Service<Request, Response = Response, Error = Infallible>,
-{
-    match access::check(&auth, &class, req.headers()).await {
-        Some(denied) => denied,
-        None => inner.call(req).await.unwrap_or_else(|e| match e {}),
+/// The request, carrying its caller when the route checks grants of its own
+/// (see [`Caller`]).
+fn with_caller(class: &Class, caller: Option<Arc<ds_auth::Principal>>, mut req: Request) -> Request {
+    if let (true, Some(principal)) = (class.defers(), caller) {
+        req.extensions_mut().insert(Caller::Principal(principal));
+    }
+    req
+}
+
+async fn guarded(gate: Arc<Gate>, class: Class, req: Request, inner: Dispatch) -> Response {
+    match access::check(&gate, &class, req.headers()).await {
+        Err(denied) => denied,
+        Ok(caller) => inner.route(class.row.id, with_caller(&class, caller, req)).await.unwrap_or_else(|e| match e {}),
     }
 }

@@ -138,6 +138,20 @@ impl ApiError {
     }
 }
 
+impl ApiError {
+    /// 429: the credential's request budget is spent (§12.5); `Retry-After`
+    /// says when its next request is admitted.
+    pub fn rate_limited(subject: &str, spent: &ds_auth::budget::Exhausted) -> Self {
+        let secs = spent.retry_after_secs();
+        Self::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "RATE_LIMITED",
+            format!("the request budget of {subject:?} ({}) is spent; retry after {secs} s", spent.rate),
+        )
+        .header("retry-after", secs)
+    }
+}
+
 impl From<ds_auth::AuthError> for ApiError {
     fn from(e: ds_auth::AuthError) -> Self {
         use ds_auth::AuthError as A;
@@ -165,6 +179,7 @@ impl From<ds_subscriptions::SubscriptionError> for ApiError {
             S::ConfigConflict => Self::new(StatusCode::CONFLICT, "SUBSCRIPTION_EXISTS", msg),
             S::Unauthorized(_) => Self::new(StatusCode::UNAUTHORIZED, "UNAUTHORIZED", msg)
                 .header("www-authenticate", "Bearer realm=\"durable-streams\""),
+            S::Forbidden(_) => Self::forbidden(msg),
             S::Fenced => Self::new(StatusCode::CONFLICT, "FENCED", msg),
             S::AlreadyClaimed { holder, generation } => {
                 let mut err = Self::new(StatusCode::CONFLICT, "ALREADY_CLAIMED", msg);

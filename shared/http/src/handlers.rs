@@ -2,8 +2,8 @@
 //! service request and renders the outcome. Errors go through [`ApiError`].
 
 use axum::body::Body;
-use axum::extract::{Request, State};
-use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
+use axum::extract::Request;
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use ds_core::{CreateRequest, ForkRequest, LiveMode, ReadOutcome, ReadRequest, StreamMeta};
 use ds_protocol::etag::{if_none_match, read_etag};
@@ -18,18 +18,20 @@ use crate::append::{append, AppendHeaders};
 use crate::error::ApiError;
 use crate::headers::{self as h, get, name, offset_value};
 use crate::request::{body, read_query, stream_path, ReadQuery};
+use crate::routes::RouteId;
 use crate::AppState;
 
 type ApiResult = Result<Response, ApiError>;
 type LiveSlot = tokio::sync::OwnedSemaphorePermit;
 
-/// The stream route. Routing is synchronous and each route's future is
-/// boxed on its own: a future holds its arguments for as long as it runs,
-/// so a chain of `async fn`s taking the `Request` would keep a copy of its
-/// head per level through a long-poll's whole wait; and inline, every
-/// request would carry the size of the largest route's future.
-pub(crate) fn stream(State(app): State<AppState>, req: Request) -> BoxFuture<'static, Response> {
-    let routed = route(app, req);
+/// The stream routes (`/v1/stream/{path}`, the reserved `__ds` ones
+/// included), by their row of the route table. Routing is synchronous and
+/// each route's future is boxed on its own: a future holds its arguments for
+/// as long as it runs, so a chain of `async fn`s taking the `Request` would
+/// keep a copy of its head per level through a long-poll's whole wait; and
+/// inline, every request would carry the size of the largest route's future.
+pub(crate) fn stream(app: AppState, route: RouteId, req: Request) -> BoxFuture<'static, Response> {
+    let routed = route_stream(app, route, req);
     Box::pin(async move {
         match routed {
             Ok(run) => run.await.unwrap_or_else(IntoResponse::into_response),
@@ -38,21 +40,21 @@ pub(crate) fn stream(State(app): State<AppState>, req: Request) -> BoxFuture<'st
     })
 }
 
-fn route(app: AppState, req: Request) -> Result<BoxFuture<'static, ApiResult>, ApiError> {
+fn route_stream(app: AppState, route: RouteId, req: Request) -> Result<BoxFuture<'static, ApiResult>, ApiError> {
     let path = stream_path(req.uri())?;
     if ds_protocol::path::is_reserved(&path) {
-        return Ok(Box::pin(crate::reserved::dispatch(app, path, req)));
+        return Ok(Box::pin(crate::reserved::dispatch(app, route, path, req)));
     }
-    Ok(match *req.method() {
-        Method::PUT => Box::pin(put(app, path, req)),
-        Method::POST => Box::pin(post(app, path, req)),
-        Method::GET => {
+    Ok(match route {
+        RouteId::StreamCreate | RouteId::StreamFork => Box::pin(put(app, path, req)),
+        RouteId::StreamAppend => Box::pin(post(app, path, req)),
+        RouteId::StreamRead | RouteId::StreamLongPoll | RouteId::StreamSse => {
             let q = read_query(req.uri())?;
             let inm = get(req.headers(), "if-none-match")?.map(str::to_owned);
             Box::pin(get_stream(app, path, q, inm))
         }
-        Method::HEAD => Box::pin(head(app, path)),
-        Method::DELETE => Box::pin(async move {
+        RouteId::StreamHead => Box::pin(head(app, path)),
+        RouteId::StreamDelete => Box::pin(async move {
             app.service.delete(&path).await?;
             Ok(StatusCode::NO_CONTENT.into_response())
         }),
@@ -113,7 +115,7 @@ async fn put(app: AppState, path: String, req: Request) -> ApiResult {
                 if sub_offset > 0 && offset.is_none() {
                     return Err(ApiError::bad_request("Stream-Fork-Sub-Offset needs Stream-Fork-Offset"));
                 }
-                let source = crate::classify::fork_source(source);
+                let source = crate::routes::fork_source(source);
                 Some(ForkRequest { source, offset, sub_offset })
             }
         };

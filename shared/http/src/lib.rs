@@ -12,7 +12,6 @@
 mod access;
 mod app;
 mod append;
-mod classify;
 mod conn_guard;
 mod cors;
 mod date;
@@ -31,21 +30,21 @@ mod processors;
 mod repoll;
 mod request;
 mod reserved;
+pub mod routes;
 pub mod serve;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::routing::any;
 use axum::Router;
 use ds_core::StreamService;
 
 pub use app::App;
-pub use classify::METRICS_PATH;
 pub use cors::Cors;
 pub use error::ApiError;
 pub use metrics::{Exchange, Metrics};
 pub use processors::PROCESSORS_PATH;
+pub use routes::METRICS_PATH;
 pub use serve::{serve, serve_connection, serve_with, AppService, ConnLimits, Handshake, PlainTcp, Protocol};
 
 /// Limits the HTTP layer enforces before the service sees a request.
@@ -100,6 +99,9 @@ pub(crate) struct AppInner {
 pub struct Operations {
     /// `None`: everyone may do everything.
     pub access: Option<Arc<ds_auth::Authenticator>>,
+    /// Request budgets per credential, `429` past them (with `access` only:
+    /// a budget belongs to a credential).
+    pub rate_limits: Option<Arc<ds_auth::Budgets>>,
     pub cors: Cors,
     /// Where exchanges are reported; also what `/metrics` serves.
     pub metrics: Option<Arc<dyn Metrics>>,
@@ -150,7 +152,7 @@ pub fn router_with(service: StreamService, cfg: HttpConfig, ops: Operations) -> 
 /// refused requests are counted), security and CORS headers (so a browser
 /// can read a `401`), access control; then the routes.
 pub fn app_with(service: StreamService, cfg: HttpConfig, ops: Operations) -> App {
-    let health = Arc::new(health::Health::new(ops.store_name, service.substrate().store.clone()));
+    let service_store = service.substrate().store.clone();
     let live = live::LiveReaders::new(cfg.max_live_readers);
     let state = AppState(Arc::new(AppInner {
         service,
@@ -160,31 +162,20 @@ pub fn app_with(service: StreamService, cfg: HttpConfig, ops: Operations) -> App
         subscriptions: ops.subscriptions.clone(),
         live,
     }));
-    let mut others = Router::new()
-        .route("/v1/stream", any(handlers::not_a_stream))
-        .route("/v1/stream/", any(handlers::not_a_stream))
-        .route("/health", axum::routing::get(health::health).with_state(health))
-        .route("/v1/processors", any(processors::handle).with_state(ops.processors.clone()))
-        .route("/v1/processors/{*rest}", any(processors::handle).with_state(ops.processors.clone()))
-        .fallback(handlers::not_found);
-    if let Some(m) = ops.metrics.clone() {
-        others = others.route("/metrics", axum::routing::get(render_metrics).with_state(m));
-    }
+    let health = Arc::new(health::Health::new(ops.store_name, service_store));
     let cors = Arc::new(ops.cors);
     // Access control needs the router's request (see `direct`).
     let direct = ops.access.is_none().then(|| direct::Direct::new(state.clone(), cors.clone(), ops.metrics.clone()));
-    // The layers wrap the dispatch once, not each route (see `dispatch`).
-    App::new(
-        tower::ServiceBuilder::new()
-            .layer(edge::Edge { cors, access: ops.access, metrics: ops.metrics })
-            .service(dispatch::Dispatch { streams: state, others }),
-        direct,
-    )
+    let gate = ops.access.map(|auth| Arc::new(access::Gate { auth, budgets: ops.rate_limits }));
+    let dispatch =
+        dispatch::Dispatch { streams: state, health, metrics: ops.metrics.clone(), processors: ops.processors };
+    App::new(edge::EdgeService::new(edge::Edge { cors, access: gate, metrics: ops.metrics }, dispatch), direct)
 }
 
-async fn render_metrics(axum::extract::State(m): axum::extract::State<Arc<dyn Metrics>>) -> axum::response::Response {
+/// `GET /metrics`: what the metrics port renders, if it renders anything.
+async fn render_metrics(m: Option<Arc<dyn Metrics>>) -> axum::response::Response {
     use axum::response::IntoResponse;
-    match m.render() {
+    match m.and_then(|m| m.render()) {
         Some(text) => {
             ([(http::header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response()
         }

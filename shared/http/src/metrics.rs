@@ -17,7 +17,7 @@ use axum::response::Response;
 use bytes::Bytes;
 use http_body::{Body as HttpBody, Frame, SizeHint};
 
-use crate::classify::Class;
+use crate::routes::Class;
 
 /// One finished request/response exchange.
 #[derive(Debug, Clone)]
@@ -59,8 +59,8 @@ pub(crate) struct Observation {
 
 impl Observation {
     pub(crate) fn begin(metrics: Arc<dyn Metrics>, class: &Class, method: &Method, start: Instant) -> Self {
-        let live = class.live.map(|mode| LiveGuard::open(metrics.clone(), mode));
-        Self { metrics, route: class.route, method: method.clone(), start, live }
+        let live = class.row.live().map(|mode| LiveGuard::open(metrics.clone(), mode));
+        Self { metrics, route: class.row.label, method: method.clone(), start, live }
     }
 
     /// The response, its body wrapped to count bytes out and to report the

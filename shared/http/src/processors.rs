@@ -128,7 +128,7 @@ async fn dispatch(operator: Operator, req: Request) -> Result<Response, ApiError
     }
 }
 
-fn method_not_allowed(allow: &'static str) -> ApiError {
+pub(crate) fn method_not_allowed(allow: &'static str) -> ApiError {
     let mut e = ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "METHOD_NOT_ALLOWED", format!("use {allow}"));
     e.headers.push(("allow", HeaderValue::from_static(allow)));
     e

@@ -1,16 +1,20 @@
 //! The reserved `__ds` control APIs (§6-7): the webhook signing JWKS and the
 //! subscription endpoints, over the engine in [`AppState::subscriptions`]
-//! (without one, `501`). Routed before stream operations, so no control
-//! path is ever taken for an application stream.
+//! (without one, `501`). Their rows of the route table come before stream
+//! operations, so no control path is ever taken for an application stream.
+//! What a subscription reaches is checked by the engine against the caller
+//! the edge passes along ([`Caller`]).
 
 use axum::extract::Request;
-use axum::http::{HeaderValue, Method, StatusCode};
+use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use ds_subscriptions::Subscriptions;
+use ds_subscriptions::{Guard, Subscriptions};
 
+use crate::access::{Caller, Nobody};
 use crate::error::ApiError;
 use crate::handlers::request_host;
 use crate::request::body;
+use crate::routes::RouteId as R;
 use crate::AppState;
 
 type ApiResult = Result<Response, ApiError>;
@@ -29,7 +33,9 @@ fn method_not_allowed() -> ApiError {
     ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "METHOD_NOT_ALLOWED", "method not allowed on this control path")
 }
 
-pub(crate) async fn dispatch(app: AppState, path: String, req: Request) -> ApiResult {
+/// The reserved route `route` (its row of [`crate::routes`]) on `path` (the
+/// decoded `__ds/…` path).
+pub(crate) async fn dispatch(app: AppState, route: R, path: String, req: Request) -> ApiResult {
     let Some(subs) = app.subscriptions.clone() else {
         return Err(ApiError::new(
             StatusCode::NOT_IMPLEMENTED,
@@ -37,49 +43,57 @@ pub(crate) async fn dispatch(app: AppState, path: String, req: Request) -> ApiRe
             "the reserved __ds control APIs (subscriptions) are not enabled on this server",
         ));
     };
-    let rest = path.strip_prefix("__ds/").unwrap_or_default();
-    if rest == "jwks.json" {
-        return match *req.method() {
-            Method::GET | Method::HEAD => Ok(jwks(&subs)),
-            _ => Err(method_not_allowed()),
-        };
+    match route {
+        R::Jwks => return Ok(jwks(&subs)),
+        R::JwksOther => return Err(method_not_allowed()),
+        R::ReservedOther => return Err(ApiError::new(StatusCode::NOT_FOUND, "NOT_FOUND", "no such control API")),
+        _ => {}
     }
-    let Some(sub) = rest.strip_prefix("subscriptions/") else {
-        return Err(ApiError::new(StatusCode::NOT_FOUND, "NOT_FOUND", "no such control API"));
-    };
+    let sub = path.strip_prefix("__ds/subscriptions/").unwrap_or_default();
     let (id, action) = sub.split_once('/').unwrap_or((sub, ""));
     let (id, action) = (id.to_owned(), action.to_owned());
     let (parts, raw) = req.into_parts();
+    // What the edge put there for the rows whose grants the subscription
+    // API checks; nothing (a request that did not come through the edge)
+    // reaches nothing.
+    let caller: &dyn Guard = match parts.extensions.get::<Caller>() {
+        Some(caller) => caller,
+        None => &Nobody,
+    };
     let base_url = app.base_url(&request_host(&parts)?);
     let auth = crate::headers::get(&parts.headers, "authorization")?.map(str::to_owned);
     let body = body(raw, app.cfg.max_body_bytes.min(MAX_CONTROL_BODY), app.cfg.body_read_timeout).await?;
     let no_content = || Ok(StatusCode::NO_CONTENT.into_response());
-    match (&parts.method, action.as_str()) {
-        (&Method::PUT, "") => {
-            let out = subs.put(&id, &body, &base_url).await?;
+    match route {
+        R::SubscriptionPut => {
+            let out = subs.put(&id, &body, &base_url, caller).await?;
             let status = if out.created { StatusCode::CREATED } else { StatusCode::OK };
             Ok(json(status, &out.body))
         }
-        (&Method::GET, "") => Ok(json(StatusCode::OK, &subs.get(&id, &base_url).await?)),
-        (&Method::DELETE, "") => {
+        R::SubscriptionGet => Ok(json(StatusCode::OK, &subs.get(&id, &base_url, caller).await?)),
+        R::SubscriptionDelete => {
             subs.delete(&id).await?;
             no_content()
         }
-        (&Method::POST, "streams") => {
-            subs.add_streams(&id, &body).await?;
+        R::SubscriptionAddStreams => {
+            subs.add_streams(&id, &body, caller).await?;
             no_content()
         }
-        (&Method::DELETE, a) if a.starts_with("streams/") => {
-            subs.remove_stream(&id, &a["streams/".len()..]).await?;
+        R::SubscriptionRemoveStream => {
+            subs.remove_stream(&id, action.strip_prefix("streams/").unwrap_or_default()).await?;
             no_content()
         }
-        (&Method::POST, "claim") => Ok(json(StatusCode::OK, &subs.claim(&id, &body).await?)),
-        (&Method::POST, "callback" | "ack") => Ok(json(StatusCode::OK, &subs.ack(&id, auth.as_deref(), &body).await?)),
-        (&Method::POST, "release") => {
+        R::SubscriptionClaim => Ok(json(StatusCode::OK, &subs.claim(&id, &body, caller).await?)),
+        R::SubscriptionAck | R::SubscriptionCallback => {
+            Ok(json(StatusCode::OK, &subs.ack(&id, auth.as_deref(), &body).await?))
+        }
+        R::SubscriptionRelease => {
             subs.release(&id, auth.as_deref(), &body).await?;
             no_content()
         }
-        (_, "" | "streams" | "claim" | "callback" | "ack" | "release") => Err(method_not_allowed()),
+        _ if matches!(action.as_str(), "" | "streams" | "claim" | "callback" | "ack" | "release") => {
+            Err(method_not_allowed())
+        }
         _ => Err(ApiError::new(StatusCode::NOT_FOUND, "NOT_FOUND", "no such subscription API")),
     }
 }

@@ -16,6 +16,7 @@ use crate::config::{self, Config};
 use crate::engine::Subscriptions;
 use crate::error::{SubResult, SubscriptionError};
 use crate::machine;
+use crate::reach::{self, Guard};
 use crate::record::{Retry, SubscriptionRecord};
 use crate::store;
 use crate::{token, view, MAX_LINKS};
@@ -83,10 +84,14 @@ pub fn literal_prefix(pattern: &str) -> String {
 impl Subscriptions {
     /// `PUT …/__ds/subscriptions/{id}` (§6.2). `base_url` (`scheme://host`)
     /// is where the request came in: the base of callback and JWKS URLs.
-    pub async fn put(&self, id: &str, body: &[u8], base_url: &str) -> SubResult<PutOutcome> {
+    /// `caller` must reach everything the configuration does
+    /// ([`reach::of_config`]), checked before anything is resolved, stored
+    /// or sent.
+    pub async fn put(&self, id: &str, body: &[u8], base_url: &str, caller: &dyn Guard) -> SubResult<PutOutcome> {
         config::validate_id(id)?;
         let policy = self.inner.policy;
         let config = config::parse(body, |url| policy.check_syntax(url).map(|_| ()))?;
+        reach::check(caller, reach::of_config(&config))?;
         if let Some(url) = &config.webhook_url {
             policy.check(url).await?;
         }
@@ -187,10 +192,13 @@ impl Subscriptions {
         Ok(view::subscription(rec, &tails, base_url, self.inner.keys.active_kid()))
     }
 
-    /// `GET …/__ds/subscriptions/{id}` (§6.3), read from the store.
-    pub async fn get(&self, id: &str, base_url: &str) -> SubResult<Value> {
+    /// `GET …/__ds/subscriptions/{id}` (§6.3), read from the store. The
+    /// answer names streams and their tails: `caller` must be able to read
+    /// every stream the subscription can name ([`reach::disclosed`]).
+    pub async fn get(&self, id: &str, base_url: &str, caller: &dyn Guard) -> SubResult<Value> {
         config::validate_id(id)?;
         let stored = self.fetch(id).await?.filter(|s| !s.value.is_deleted()).ok_or(SubscriptionError::NotFound)?;
+        reach::check(caller, reach::disclosed(&stored.value.config))?;
         self.render(&stored.value, base_url).await
     }
 
@@ -229,11 +237,13 @@ impl Subscriptions {
         Err(SubscriptionError::Contention)
     }
 
-    /// `POST …/{id}/streams` (§6.4): explicit links at the current tails.
-    pub async fn add_streams(&self, id: &str, body: &[u8]) -> SubResult<()> {
+    /// `POST …/{id}/streams` (§6.4): explicit links at the current tails,
+    /// each one a stream `caller` may read.
+    pub async fn add_streams(&self, id: &str, body: &[u8], caller: &dyn Guard) -> SubResult<()> {
         config::validate_id(id)?;
         let paths =
             config::normalize_streams("streams", json_body::<StreamsBody>(body, "{\"streams\": [...]}")?.streams)?;
+        reach::check(caller, reach::explicit(&paths))?;
         let at = self.read_tails(paths.iter()).await?;
         self.transition(id, |rec, _, _, _| {
             let new = paths.iter().filter(|p| !rec.links.contains_key(*p)).count();
@@ -268,8 +278,10 @@ impl Subscriptions {
         Ok(())
     }
 
-    /// `POST …/{id}/claim` (§7.2).
-    pub async fn claim(&self, id: &str, body: &[u8]) -> SubResult<Value> {
+    /// `POST …/{id}/claim` (§7.2). The answer names streams and their
+    /// tails: `caller` must be able to read every stream the subscription
+    /// can name, checked before the lease is taken.
+    pub async fn claim(&self, id: &str, body: &[u8], caller: &dyn Guard) -> SubResult<Value> {
         config::validate_id(id)?;
         let body: ClaimBody = if body.is_empty() { ClaimBody { worker: None } } else { json_body(body, "claim")? };
         let worker = body.worker.unwrap_or_else(|| "worker".into());
@@ -278,6 +290,7 @@ impl Subscriptions {
         }
         let (answer, _) = self
             .transition(id, |rec, tails, now, e| {
+                reach::check(caller, reach::disclosed(&rec.config))?;
                 machine::claim(rec, tails, &worker, now, e)?;
                 let wake = rec.wake.as_ref().ok_or(SubscriptionError::Fenced)?;
                 Ok(json!({

@@ -20,6 +20,10 @@ pub enum SubscriptionError {
     /// Missing, malformed or wrongly signed callback/claim token: `401`.
     #[error("{0}")]
     Unauthorized(&'static str),
+    /// The caller's access grants do not cover what the subscription would
+    /// reach (`crate::reach`): `403`, with the missing grant named.
+    #[error("{0}")]
+    Forbidden(String),
     /// Stale `wake_id`/`generation`, or no wake in flight: `409 FENCED`.
     #[error("stale wake_id or generation")]
     Fenced,

@@ -18,6 +18,9 @@
 //!   front end that leaves the work to such a host), and the time is
 //!   persisted in the record so a restart re-arms it
 //!   ([`Subscriptions::start`]);
+//! - a request reaches no stream its caller's grants do not cover
+//!   ([`reach`]: read on everything a subscription can name, write on its
+//!   wake stream);
 //! - webhook URLs follow the SSRF rules ([`webhook_url`]); signing keys
 //!   ([`signing`]) are generated once and persisted through a [`KeyStore`].
 
@@ -27,6 +30,7 @@ mod deliver;
 mod engine;
 mod error;
 pub mod machine;
+pub mod reach;
 pub mod record;
 mod schedule;
 pub mod signing;
@@ -40,6 +44,7 @@ pub use api::{literal_prefix, PutOutcome};
 pub use config::{Config, Kind, DEFAULT_LEASE_TTL_MS, MAX_DESCRIPTION_BYTES, MAX_LEASE_TTL_MS, MIN_LEASE_TTL_MS};
 pub use engine::{Subscriptions, SubscriptionsConfig};
 pub use error::{SubResult, SubscriptionError};
+pub use reach::{Guard, Need, Open};
 pub use schedule::{FeedWakes, InProcWakes, WakeScheduler};
 pub use signing::{FileKeyStore, KeyRing, KeyStore, MemoryKeyStore, RecordKeyStore};
 pub use store::subscription_of_record;

@@ -152,3 +152,28 @@ fn recreated_streams_start_unacknowledged_and_tombstones_never_wake() {
     assert!(!tick(&mut rec, &recreated, 10, &e("w1")));
     assert_eq!(next_due(&rec, 10), None);
 }
+
+/// A callback/claim token verifies only under the instance it was minted
+/// for, for the wake it names: another instance of the same id (its own
+/// key), a changed wake or generation, or a changed MAC is `401`.
+#[test]
+fn tokens_are_bound_to_their_instance_and_wake() {
+    use crate::token;
+    let mut rec = record(Kind::PullWake);
+    rec.token_key = token::new_key();
+    let t = token::mint(&rec, 3, "w1").unwrap();
+    assert_eq!(token::verify(&rec, &t).unwrap(), (3, "w1".to_owned()));
+    let mut recreated = rec.clone();
+    recreated.instance = "i2".into();
+    recreated.token_key = token::new_key();
+    let forged = |t: &str| matches!(token::verify(&rec, t), Err(SubscriptionError::Unauthorized(_)));
+    assert!(matches!(token::verify(&recreated, &t), Err(SubscriptionError::Unauthorized(_))), "another instance");
+    let (_, mac) = t.rsplit_once('.').unwrap();
+    assert!(forged(&format!("3.w2.{mac}")), "another wake");
+    assert!(forged(&format!("4.w1.{mac}")), "another generation");
+    let mut flipped = t.clone().into_bytes();
+    let last = flipped.len() - 1;
+    flipped[last] = if flipped[last] == b'A' { b'B' } else { b'A' };
+    assert!(forged(std::str::from_utf8(&flipped).unwrap()), "a changed MAC");
+    assert!(forged("3.w1"), "no MAC");
+}

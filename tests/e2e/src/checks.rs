@@ -46,6 +46,11 @@ impl Checks {
         }
     }
 
+    /// How many checks were made so far.
+    pub fn count(&self) -> usize {
+        self.count
+    }
+
     /// Record a free-form failure.
     pub fn fail(&mut self, msg: String) {
         self.count += 1;

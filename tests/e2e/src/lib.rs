@@ -12,15 +12,19 @@
 //! - [`webhook`]: a webhook receiver on 127.0.0.1 for subscription tests.
 //! - [`emulator`]: a private AWS emulator (fault rules are per emulator).
 //! - [`tmpfs`]: a size-limited tmpfs, the full disk a test can make.
+//! - [`access`], [`walk`]: tokens for every access case, and the walk over
+//!   the server's route table, for the local server and the Lambda handler.
 //! - [`read_all`] and friends: protocol helpers shared by the tests.
 
 pub mod access;
 pub mod checks;
 pub mod emulator;
 pub mod raw;
+pub mod reach;
 pub mod record;
 pub mod server;
 pub mod tmpfs;
+pub mod walk;
 pub mod webhook;
 
 use std::time::Duration;
