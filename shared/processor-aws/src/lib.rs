@@ -16,7 +16,7 @@
 //! | [`tasks`] | background work handed to SQS, run by the same function, completion recorded |
 //! | [`upkeep`] | TTL removals finished (fork reference released, items and objects purged), sealing, sweeping |
 //! | [`function`] | [`function::ProcessorFunction`]: every event the function gets, dispatched |
-//! | [`filter`] | Lambda's event filtering (the pumps of `test_util` apply the template's) |
+//! | [`filter`] | Lambda's event filtering (the emulator pumps of `tests/lambda-pump` apply the template's) |
 //! | [`env`] | the function from its environment |
 
 pub mod env;
@@ -28,8 +28,6 @@ pub mod record;
 pub mod revival;
 pub mod subscriptions;
 pub mod tasks;
-#[cfg(feature = "test-util")]
-pub mod test_util;
 pub mod upkeep;
 
 pub use env::function_from_env;

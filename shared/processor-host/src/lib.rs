@@ -29,8 +29,6 @@ mod journal;
 mod operator;
 mod progress;
 mod recovery;
-#[cfg(feature = "test-util")]
-pub mod test_util;
 
 pub use alarms::{AlarmScheduler, FiredAlarm, InProcAlarms};
 pub use hosted::{HostedRunner, ProcessorRegistry, ProcessorSpec, Registration, RegistryError, Spec};

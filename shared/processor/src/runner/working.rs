@@ -75,7 +75,14 @@ impl<P: Processor> Inner<P> {
     /// Reads the durable record of the runner's incarnation into a working
     /// state. Does not refold; see `ensure_reduction_current`.
     pub(crate) async fn load(&self) -> Result<Working<P::State>, RunnerError> {
-        load(&self.processor, &self.contract, self.store.as_ref(), &self.incarnation, self.clock.now_ms()).await
+        load(
+            &self.processor,
+            &self.contract,
+            self.store.as_ref(),
+            &self.incarnation,
+            crate::time::epoch_ms(&self.clock),
+        )
+        .await
     }
 }
 
