@@ -15,11 +15,12 @@ use ds_core::{ServiceConfig, StreamService};
 use ds_store_aws::{AwsClients, AwsSubstrate};
 use ds_subscriptions::{KeyRing, RecordKeyStore, Subscriptions, SubscriptionsConfig, UrlPolicy, WakeScheduler};
 
-use crate::function::{Deployment, FunctionParts, ProcessorFunction, SqsParking, Wiring};
+use crate::function::{Deployment, FunctionParts, ProcessorFunction, Wiring};
 use crate::host::HostConfig;
+use crate::queue::SqsQueue;
 use crate::revival::{RevivalSchedules, RevivalTarget};
-use crate::subscriptions::{DelayedQueue, QueuedWakes, SqsDelayedQueue, SubscriptionPlane};
-use crate::tasks::{SqsTaskQueue, TaskQueue};
+use crate::subscriptions::{DelayedQueue, QueuedWakes, SubscriptionPlane};
+use crate::tasks::TaskQueue;
 use crate::upkeep::UpkeepPolicy;
 
 /// A required setting is missing.
@@ -57,16 +58,17 @@ where
     let aws = AwsSubstrate::new(cfg.clone(), AwsClients::from_sdk_config(&sdk));
     let service = StreamService::new(aws.substrate(), ServiceConfig::default());
     let sqs = aws_sdk_sqs::Client::new(&sdk);
-    let queue: Arc<dyn TaskQueue> = Arc::new(SqsTaskQueue::new(sqs.clone(), required("DS_PROCESSOR_TASK_QUEUE_URL")?));
+    let tasks = SqsQueue::new(sqs.clone(), required("DS_PROCESSOR_TASK_QUEUE_URL")?);
+    let queue: Arc<dyn TaskQueue> = Arc::new(tasks.clone());
     let target = RevivalTarget {
         schedule_group: required("DS_PROCESSOR_SCHEDULE_GROUP")?,
         function_arn: required("DS_PROCESSOR_FUNCTION_ARN")?,
         role_arn: cfg.scheduler_role_arn.clone(),
     };
     let alarms = Arc::new(RevivalSchedules::new(aws_sdk_scheduler::Client::new(&sdk), target));
-    let parking = Arc::new(SqsParking::new(sqs.clone(), required("DS_PROCESSOR_PARKED_QUEUE_URL")?));
+    let parking = Arc::new(SqsQueue::new(sqs, required("DS_PROCESSOR_PARKED_QUEUE_URL")?));
     let policy = UrlPolicy { allow_loopback: ds_config::Settings::from_env().switch("DS_WEBHOOK_ALLOW_LOOPBACK")? };
-    let delayed = Arc::new(SqsDelayedQueue::new(sqs, required("DS_PROCESSOR_TASK_QUEUE_URL")?));
+    let delayed = Arc::new(tasks);
     let subscriptions = subscription_plane(&service, delayed, policy).await.map_err(EnvError::Subscriptions)?;
     let deployment =
         deploy(Wiring { service: service.clone(), queue }).await.map_err(|e| EnvError::Deployment(e.to_string()))?;

@@ -13,6 +13,7 @@
 //! | [`host`] | [`host::Processors`]: the registered processors of a stream, driven to its head within the invocation's deadline, warm between invocations |
 //! | [`journal`] | the journal as a doorbell-driven host reads it (one read per batch) |
 //! | [`revival`] | revival alarms on EventBridge Scheduler (the AWS `AlarmScheduler`) |
+//! | [`queue`] | the one SQS sender behind tasks, subscriptions' delayed times and parked records |
 //! | [`tasks`] | background work handed to SQS, run by the same function, completion recorded |
 //! | [`upkeep`] | TTL removals finished (fork reference released, items and objects purged), sealing, sweeping |
 //! | [`function`] | [`function::ProcessorFunction`]: every event the function gets, dispatched |
@@ -24,6 +25,7 @@ pub mod filter;
 pub mod function;
 pub mod host;
 pub mod journal;
+pub mod queue;
 pub mod record;
 pub mod revival;
 pub mod subscriptions;

@@ -9,11 +9,12 @@ use ds_store_aws::{AwsClients, AwsConfig, AwsSubstrate};
 use ds_subscriptions::UrlPolicy;
 
 use ds_processor_aws::env::subscription_plane;
-use ds_processor_aws::function::{Deployment, FunctionParts, ProcessorFunction, SqsParking, Wiring};
+use ds_processor_aws::function::{Deployment, FunctionParts, ProcessorFunction, Wiring};
 use ds_processor_aws::host::HostConfig;
+use ds_processor_aws::queue::SqsQueue;
 use ds_processor_aws::revival::{RevivalSchedules, RevivalTarget};
-use ds_processor_aws::subscriptions::{SqsDelayedQueue, SubscriptionPlane};
-use ds_processor_aws::tasks::{SqsTaskQueue, TaskQueue};
+use ds_processor_aws::subscriptions::SubscriptionPlane;
+use ds_processor_aws::tasks::TaskQueue;
 use ds_processor_aws::upkeep::UpkeepPolicy;
 
 /// Receives after which the test task queue dead-letters a message.
@@ -101,7 +102,7 @@ impl ProcessorEnv {
     }
 
     pub fn task_queue(&self) -> Arc<dyn TaskQueue> {
-        Arc::new(SqsTaskQueue::new(self.sqs.clone(), self.task_queue_url.clone()))
+        Arc::new(SqsQueue::new(self.sqs.clone(), self.task_queue_url.clone()))
     }
 
     /// A processor function instance of its own (own substrate, registry
@@ -127,7 +128,7 @@ impl ProcessorEnv {
     pub async fn function_with_subscriptions(&self, deploy: impl FnOnce(&Wiring) -> Deployment) -> ProcessorFunction {
         let aws = self.aws();
         let service = StreamService::new(aws.substrate(), ServiceConfig::default());
-        let delayed = Arc::new(SqsDelayedQueue::new(self.sqs.clone(), self.task_queue_url.clone()));
+        let delayed = Arc::new(SqsQueue::new(self.sqs.clone(), self.task_queue_url.clone()));
         let plane = subscription_plane(&service, delayed, UrlPolicy { allow_loopback: true })
             .await
             .expect("the subscription plane starts");
@@ -144,7 +145,7 @@ impl ProcessorEnv {
         subscriptions: Option<SubscriptionPlane>,
     ) -> ProcessorFunction {
         let alarms = Arc::new(RevivalSchedules::new(aws_sdk_scheduler::Client::new(&self.conf), self.revival_target()));
-        let parking = Arc::new(SqsParking::new(self.sqs.clone(), self.parked_queue_url.clone()));
+        let parking = Arc::new(SqsQueue::new(self.sqs.clone(), self.parked_queue_url.clone()));
         let deployment = deploy(&Wiring { service: service.clone(), queue: self.task_queue() });
         ProcessorFunction::new(FunctionParts { aws, service, alarms, parking, deployment, host, upkeep, subscriptions })
     }
