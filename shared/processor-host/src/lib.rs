@@ -34,7 +34,7 @@ pub use alarms::{AlarmScheduler, FiredAlarm, InProcAlarms};
 pub use hosted::{HostedRunner, ProcessorRegistry, ProcessorSpec, Registration, RegistryError, Spec};
 pub use journal::StreamJournal;
 pub use operator::{
-    processed_stream, resolve, runner_detail, stored_progress, Control, OnDemandOperator, OperatorError,
+    processed_stream, record_detail, resolve, runner_detail, stored_progress, Control, OnDemandOperator, OperatorError,
     ProcessorDetail, ProcessorOperator, ProcessorPage, ProcessorStatus,
 };
 pub use progress::RecordProgressStore;
