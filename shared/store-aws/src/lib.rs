@@ -48,7 +48,8 @@ use ds_core::{StoreForkPeer, StreamStore, Substrate};
 pub const MAX_READ_BYTES: usize = 900 * 1024;
 
 pub use clients::AwsClients;
-pub use config::{AwsConfig, ConfigError};
+pub use config::AwsConfig;
+pub use ds_config::ConfigError;
 #[cfg(feature = "fault-injection")]
 pub use faults::{Fault, FaultPoint};
 pub use scheduler::{schedule_name, AlarmInput};
