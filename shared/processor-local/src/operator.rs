@@ -90,7 +90,8 @@ impl ProcessorOperator for LocalOperator {
 
     async fn control(&self, slug: &str, stream: &str, control: Control) -> Result<ProcessorDetail, OperatorError> {
         let slot = self.slot(slug, stream).await?;
-        let runner = slot.runner_or_open(&self.inner).await.map_err(|turn| turn.into_operator_error(stream))?;
+        let runner =
+            slot.runner_or_open(&self.inner.opening()).await.map_err(|turn| turn.into_operator_error(stream))?;
         let applied = control.apply(runner.as_ref()).await;
         // Whatever happened, let the slot look again (a rewind has work to redo).
         slot.ring();

@@ -7,7 +7,7 @@ use tokio_util::sync::CancellationToken;
 use super::background::BackgroundWork;
 use super::gate::PreemptGate;
 use super::view::{DrainReport, Revival, View};
-use super::working::load;
+use super::working::{load, Working};
 use super::{Adapters, Halt, Inner, RunnerConfig};
 use crate::cadence::Moment;
 use crate::error::{RunnerError, WaitError};
@@ -51,6 +51,21 @@ pub(super) async fn open<P: Processor>(
         inner.ensure_reduction_current(&mut w).await.map_err(Halt::into_error)?;
     }
     Ok(inner)
+}
+
+impl<P: Processor> Inner<P> {
+    /// Reads the durable record of the runner's incarnation into a working
+    /// state. Does not refold; see `ensure_reduction_current`.
+    pub(crate) async fn load(&self) -> Result<Working<P::State>, RunnerError> {
+        load(
+            &self.processor,
+            &self.contract,
+            self.store.as_ref(),
+            &self.incarnation,
+            crate::time::epoch_ms(&self.clock),
+        )
+        .await
+    }
 }
 
 impl<P: Processor> Inner<P> {
