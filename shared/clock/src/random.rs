@@ -17,7 +17,8 @@ pub struct Random {
 
 enum Source {
     Thread,
-    Seeded(Mutex<StdRng>),
+    // Boxed: the generator's state is large and only tests seed one.
+    Seeded(Mutex<Box<StdRng>>),
 }
 
 impl Random {
@@ -28,7 +29,7 @@ impl Random {
 
     /// A generator that repeats one sequence for `seed`.
     pub fn seeded(seed: u64) -> Self {
-        Self { source: Arc::new(Source::Seeded(Mutex::new(StdRng::seed_from_u64(seed)))) }
+        Self { source: Arc::new(Source::Seeded(Mutex::new(Box::new(StdRng::seed_from_u64(seed))))) }
     }
 
     /// A number in `range` (both ends included), uniformly.
