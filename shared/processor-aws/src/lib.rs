@@ -1,5 +1,11 @@
 //! The AWS processor host: the library behind `functions/lambda-processor`.
 //!
+//! Where this crate sits in the processor plane, which reads left to right:
+//! runner ([`ds_processor`]) → adapters (`ds-processor-host`) → hosts
+//! (`ds-processor-local` in the server, `ds-processor-aws` in the Lambda
+//! processor function, **this crate**) → built-in kinds and their TOML (`ds-processors-builtin`).
+//! Test support for all of them: `ds-processor-testkit` (tests/processor-testkit).
+//!
 //! The table's DynamoDB Stream is the doorbell. An event source mapping with
 //! `FilterCriteria` (template.yaml) invokes the function only for chunk
 //! inserts (a stream's tail moved) and TTL removals of meta items; a record

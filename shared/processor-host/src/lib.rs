@@ -4,6 +4,12 @@
 //! protocol core, so the same adapters run on the memory, local and AWS
 //! substrates.
 //!
+//! Where this crate sits in the processor plane, which reads left to right:
+//! runner ([`ds_processor`]) → adapters (`ds-processor-host`, **this crate**) → hosts
+//! (`ds-processor-local` in the server, `ds-processor-aws` in the Lambda
+//! processor function) → built-in kinds and their TOML (`ds-processors-builtin`).
+//! Test support for all of them: `ds-processor-testkit` (tests/processor-testkit).
+//!
 //! - [`StreamJournal`]: a JSON-mode stream as the journal. An entry's
 //!   position is the stream offset just past it; an append with an
 //!   idempotency key carries the key's record in the append's own commit

@@ -1,5 +1,11 @@
 //! # Stream processor runner
 //!
+//! Where this crate sits in the processor plane, which reads left to right:
+//! runner (`ds-processor`, **this crate**) → adapters (`ds-processor-host`) → hosts
+//! (`ds-processor-local` in the server, `ds-processor-aws` in the Lambda
+//! processor function) → built-in kinds and their TOML (`ds-processors-builtin`).
+//! Test support for all of them: `ds-processor-testkit` (tests/processor-testkit).
+//!
 //! A processor folds and reacts to an append-only, offset-addressed JSON
 //! journal. This crate runs it: the same [`Processor`] contract is served by
 //! the post-commit [`Runner`] and by the synchronous, pre-commit
