@@ -47,7 +47,7 @@ pub fn at_expression(at_ms: i64) -> Result<String, AwsError> {
 /// Creates the schedule, or replaces the one of that name, to fire at
 /// `at_ms` (which the caller has already moved past the present: see
 /// [`OVERDUE_DELAY_MS`]).
-pub async fn upsert(client: &aws_sdk_scheduler::Client, schedule: OneShot<'_>, at_ms: i64) -> Result<(), AwsError> {
+pub async fn upsert(scheduler: &aws_sdk_scheduler::Client, schedule: OneShot<'_>, at_ms: i64) -> Result<(), AwsError> {
     let expr = at_expression(at_ms)?;
     let target = Target::builder()
         .arn(schedule.target_arn)
@@ -59,7 +59,7 @@ pub async fn upsert(client: &aws_sdk_scheduler::Client, schedule: OneShot<'_>, a
         .mode(FlexibleTimeWindowMode::Off)
         .build()
         .map_err(|e| AwsError::Rejected(e.to_string()))?;
-    let created = client
+    let created = scheduler
         .create_schedule()
         .name(schedule.name)
         .group_name(schedule.group)
@@ -72,7 +72,7 @@ pub async fn upsert(client: &aws_sdk_scheduler::Client, schedule: OneShot<'_>, a
         .await;
     match created.map_err(classify) {
         Ok(_) => Ok(()),
-        Err(AwsError::AlreadyExists) => client
+        Err(AwsError::AlreadyExists) => scheduler
             .update_schedule()
             .name(schedule.name)
             .group_name(schedule.group)
@@ -91,8 +91,8 @@ pub async fn upsert(client: &aws_sdk_scheduler::Client, schedule: OneShot<'_>, a
 
 /// Deletes the schedule; one that is gone already (fired, or never armed)
 /// is not an error.
-pub async fn delete(client: &aws_sdk_scheduler::Client, group: &str, name: &str) -> Result<(), AwsError> {
-    match client.delete_schedule().name(name).group_name(group).send().await.map_err(classify) {
+pub async fn delete(scheduler: &aws_sdk_scheduler::Client, group: &str, name: &str) -> Result<(), AwsError> {
+    match scheduler.delete_schedule().name(name).group_name(group).send().await.map_err(classify) {
         Ok(_) | Err(AwsError::NotFound(_)) => Ok(()),
         Err(other) => Err(other),
     }
