@@ -2,14 +2,15 @@
 # Run the protocol conformance suite against `durable-streams serve --store aws`
 # on a private local AWS emulator. Last line: "N passed, N failed, N skipped".
 #
-# Usage (from anywhere): bash infra/conformance-aws.sh [extra run-conformance args]
-# Environment: DS_CONFORMANCE_RUNNER (default: ../shared/conformance/run-conformance.sh
-#   beside the repository), CARGO_TARGET_DIR (default: target).
+# Usage (from anywhere): bash infra/conformance-aws.sh [extra tests/conformance/run.sh args]
+# Environment: DS_CONFORMANCE_RUNNER (default: the repository's own runner,
+#   tests/conformance/run.sh, which installs the pinned suite from npm),
+#   CARGO_TARGET_DIR (default: target).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
-RUNNER="${DS_CONFORMANCE_RUNNER:-$ROOT/../shared/conformance/run-conformance.sh}"
-[ -x "$RUNNER" ] || { echo "conformance-aws: runner not found: $RUNNER (set DS_CONFORMANCE_RUNNER)" >&2; exit 2; }
+RUNNER="${DS_CONFORMANCE_RUNNER:-$ROOT/tests/conformance/run.sh}"
+[ -f "$RUNNER" ] || { echo "conformance-aws: runner not found: $RUNNER (set DS_CONFORMANCE_RUNNER)" >&2; exit 2; }
 cargo build -p durable-streams
 BIN="${CARGO_TARGET_DIR:-$ROOT/target}/debug/durable-streams"
 
@@ -25,7 +26,7 @@ inner() {
     kill -0 "$pid" 2>/dev/null || { echo "conformance-aws: server exited; see target/conformance-aws-server.log" >&2; exit 2; }
     sleep 0.1
   done
-  "$RUNNER" --long-poll-timeout-ms 500 "$@" "http://127.0.0.1:$port"
+  bash "$RUNNER" --long-poll-timeout-ms 500 "$@" "http://127.0.0.1:$port"
 }
 mkdir -p "$ROOT/target"
 export -f inner

@@ -361,7 +361,8 @@ def check_calls(c, cfn, resolver, function_id, operations, source, key_prefixes,
 # ---------------------------------------------------------------- source
 
 def sdk_operations(root, crate="store-aws"):
-    """AWS operations a crate's code calls (`.ddb.op()`, `.s3.op()`, `.scheduler.op()`, `.sqs.op()`)."""
+    """AWS operations a crate's code calls (`.ddb.op()`, `.s3.op()`, `.scheduler.op()`, `.sqs.op()`,
+    or on a client named so: `scheduler.op()` where a helper takes the client as an argument)."""
     ops, transact = set(), set()
     src_dir = os.path.join(root, "shared", crate, "src")
     with open(os.path.join(src_dir, "lib.rs"), encoding="utf-8") as f:
@@ -379,8 +380,9 @@ def sdk_operations(root, crate="store-aws"):
             with open(os.path.join(dirpath, name), encoding="utf-8") as f:
                 text = f.read()
             text = text.split("#[cfg(test)]", 1)[0]
-            for m in re.finditer(r"\.(?:ddb|s3|scheduler|sqs)\s*\.\s*([a-z0-9_]+)\(\)", text):
-                ops.add("".join(part.capitalize() for part in m.group(1).split("_")))
+            for m in re.finditer(r"(?:\.|\b)(?:ddb|s3|scheduler|sqs)\s*\.\s*([a-z0-9_]+)\(\)", text):
+                if m.group(1) != "clone":  # the client handle, not an operation
+                    ops.add("".join(part.capitalize() for part in m.group(1).split("_")))
             if "transact_write_items" in text:
                 for m in re.finditer(r"\b(Put|Update|Delete|ConditionCheck)::builder\(\)", text):
                     transact.add(TRANSACT_ITEM_ACTIONS[m.group(1)])

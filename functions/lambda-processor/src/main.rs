@@ -15,7 +15,7 @@ use ds_processors_builtin::Catalog;
 /// sweeping). A processor of your own: add its kind to the catalog
 /// (`Catalog::builtin().with_kind(..)`), or register it here directly.
 async fn deployment(wiring: Wiring) -> anyhow::Result<Deployment> {
-    let Some(text) = std::env::var("DS_PROCESSORS").ok().filter(|t| !t.trim().is_empty()) else {
+    let Some(text) = ds_config::Settings::from_env().raw("DS_PROCESSORS") else {
         return Ok(Deployment::default());
     };
     let (config, registry) =

@@ -1,32 +1,74 @@
 //! One configuration dialect for every host (the local server's flags and
-//! environment, the Lambda functions' environment): durations are written
-//! `500ms`, `20s`, `2m` or `1h`, sizes `1048576`, `900KiB`, `1MiB` or `1GiB`.
-//! Values are parsed by one function each, and a bad value is reported with
-//! the name of the setting it came from.
+//! environment, the Lambda functions' environment, the processors' TOML):
+//! durations are written `500ms`, `20s`, `2m` or `1h`, sizes `1048576`,
+//! `900KiB`, `1MiB` or `1GiB`, switches `true`/`false` (or `1`/`0`,
+//! `yes`/`no`, `on`/`off`). Values are parsed by one function each, and
+//! every mistake is one [`ConfigError`] that names the setting (or the
+//! entry and field of a configuration text) it came from.
 
 use std::time::Duration;
 
-/// A value that is not in the dialect.
+/// A value that is not in the dialect; each variant holds the value as
+/// written. Write it as the message shows.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ValueError {
+    /// Not a number with one of the units `ms`, `s`, `m`, `h`.
     #[error("{0:?} is not a duration like 500ms, 20s, 2m or 1h")]
     Duration(String),
+    /// Not a number of bytes, bare or with `B`, `KiB`, `MiB` or `GiB`.
     #[error("{0:?} is not a size like 1048576, 900KiB, 1MiB or 1GiB")]
     Size(String),
+    /// In the dialect, but past what 64 bits (or this machine's `usize`) hold.
     #[error("{0:?} is too large")]
     Overflow(String),
+    /// Not one of the switch words.
     #[error("{0:?} is not a switch like true, false, 1 or 0")]
     Switch(String),
 }
 
-/// A setting read from the environment that is not in the dialect.
+/// A configuration a host refuses to start with: the one error type of
+/// every setting, from flags, the environment or a configuration text.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{name}: {source}")]
-pub struct ConfigError {
-    /// The environment variable (or flag) the value came from.
-    pub name: String,
-    #[source]
-    pub source: ValueError,
+#[non_exhaustive]
+pub enum ConfigError {
+    /// A required setting is not set: set it.
+    #[error("{name} is not set")]
+    Missing { name: String },
+    /// A setting's value is not in the dialect: write it as the message
+    /// shows.
+    #[error("{name}: {source}")]
+    Value {
+        /// The environment variable (or flag) the value came from.
+        name: String,
+        #[source]
+        source: ValueError,
+    },
+    /// A value in the dialect that this setting does not take (out of its
+    /// range, or at odds with another setting): the message says what it
+    /// takes.
+    #[error("{name}: {reason}")]
+    Invalid { name: String, reason: String },
+    /// A configuration text (the processors' TOML) that does not parse, or
+    /// is not the expected shape: the message has the line or the key.
+    #[error("{0}")]
+    Syntax(String),
+    /// One field of one entry of a configuration text is wrong: fix that
+    /// field. `entry` names the entry as the operator wrote it (`[host]`,
+    /// `processor #2 ("orders")`).
+    #[error("{entry}: field `{field}`: {reason}")]
+    Field { entry: String, field: String, reason: String },
+    /// An entry could not be checked against the store (the store did not
+    /// answer): start again once it answers.
+    #[error("{entry}: {reason}")]
+    Unchecked { entry: String, reason: String },
+}
+
+impl ConfigError {
+    /// [`ConfigError::Invalid`] for `name`.
+    pub fn invalid(name: &str, reason: impl Into<String>) -> Self {
+        Self::Invalid { name: name.to_owned(), reason: reason.into() }
+    }
 }
 
 /// A switch: `true`/`1`/`yes`/`on` or `false`/`0`/`no`/`off` (any case),
@@ -103,8 +145,15 @@ impl<F: Fn(&str) -> Option<String>> Settings<F> {
         (self.lookup)(name).filter(|v| !v.trim().is_empty())
     }
 
+    /// The value of `name`, which must be set.
+    pub fn required(&self, name: &str) -> Result<String, ConfigError> {
+        self.raw(name).ok_or_else(|| ConfigError::Missing { name: name.to_owned() })
+    }
+
     fn parsed<T>(&self, name: &str, parse: impl Fn(&str) -> Result<T, ValueError>) -> Result<Option<T>, ConfigError> {
-        self.raw(name).map(|v| parse(&v).map_err(|source| ConfigError { name: name.to_owned(), source })).transpose()
+        self.raw(name)
+            .map(|v| parse(&v).map_err(|source| ConfigError::Value { name: name.to_owned(), source }))
+            .transpose()
     }
 
     pub fn duration(&self, name: &str) -> Result<Option<Duration>, ConfigError> {
@@ -180,6 +229,9 @@ mod tests {
         assert_eq!(s.duration("DS_EMPTY"), Ok(None));
         let err = s.duration("DS_B").expect_err("not a duration");
         assert_eq!(err.to_string(), "DS_B: \"twenty\" is not a duration like 500ms, 20s, 2m or 1h");
-        assert_eq!(s.size("DS_B").expect_err("not a size").name, "DS_B");
+        assert!(matches!(s.size("DS_B"), Err(ConfigError::Value { name, .. }) if name == "DS_B"));
+        assert_eq!(s.required("DS_A").as_deref(), Ok("20s"));
+        assert_eq!(s.required("DS_EMPTY"), Err(ConfigError::Missing { name: "DS_EMPTY".into() }));
+        assert_eq!(s.required("DS_UNSET").map_err(|e| e.to_string()), Err("DS_UNSET is not set".into()));
     }
 }

@@ -5,13 +5,14 @@
 //! - [`fold`]: the commit rules, once: a [`Commit`] folded into its net writes
 //!   and the preconditions on stored state, called by every substrate.
 //! - [`substrate`]: the six traits a platform implements, with the consistency
-//!   contract in their docs.
+//!   contract in their docs; [`StoreError`], what they report.
 //! - [`service`]: the protocol use-cases (create/fork, append/close, read,
 //!   HEAD, delete, expiry) written once over the traits.
 //! - `contract` (feature `test-util`): the substrate contract-test suite.
 
 #[cfg(feature = "test-util")]
 pub mod contract;
+mod error;
 pub mod fold;
 pub mod model;
 mod pending;
@@ -19,6 +20,7 @@ pub mod read_cache;
 pub mod service;
 pub mod substrate;
 
+pub use error::StoreError;
 pub use model::*;
 pub use pending::{PendingCommit, TrySubmit};
 pub use service::*;

@@ -12,7 +12,8 @@ use std::task::{Context, Poll};
 use futures::future::BoxFuture;
 use tokio::sync::oneshot;
 
-use crate::{Commit, StoreError};
+use crate::error::StoreError;
+use crate::model::Commit;
 
 /// A commit handed to [`crate::StreamStore::submit`], resolving when durable.
 #[must_use = "a submitted commit is only acknowledged once it resolves"]

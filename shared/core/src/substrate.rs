@@ -28,6 +28,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use tokio::time::Instant;
 
+use crate::error::StoreError;
 use crate::model::{Chunk, Commit, ProducerState, Record, StreamMeta, TailSignal};
 use crate::{PendingCommit, TrySubmit};
 
@@ -43,28 +44,6 @@ pub fn contiguous_len(from: u64, until: u64, max_bytes: usize) -> Option<usize> 
 /// read of small appends then walks one stored piece per few KiB instead of
 /// one per append, and the extra copy per append stays bounded.
 pub const JOINED_CHUNK_TARGET: usize = 4096;
-
-/// Errors a substrate reports. The core maps them to protocol status codes in
-/// one place (`ds_http::error`).
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    /// A precondition of the commit did not hold (another writer got there
-    /// first). Nothing was written; re-read, re-validate and retry.
-    #[error("commit precondition failed (concurrent writer)")]
-    Conflict,
-    /// Transient: throttling, timeouts, an unreachable backend. Nothing was
-    /// written by the failing call. The request may be retried.
-    #[error("storage temporarily unavailable: {0}")]
-    Unavailable(String),
-    /// A stored record could not be decoded, or the backend rejected the
-    /// request for a reason retrying will not fix.
-    #[error("storage failure: {0}")]
-    Backend(String),
-    /// A write exceeds a size limit every substrate shares (e.g.
-    /// [`crate::MAX_RECORD_BYTES`]). Nothing was written; retrying will not help.
-    #[error("too large: {0}")]
-    TooLarge(String),
-}
 
 /// Persist and read streams: meta records, chunks and producer state.
 ///

@@ -11,36 +11,35 @@
 
 use std::sync::Arc;
 
-use ds_core::{ServiceConfig, StreamService};
+use ds_config::{ConfigError, Settings};
+use ds_core::{ServiceConfig, StoreError, StreamService};
 use ds_store_aws::{AwsClients, AwsSubstrate};
 use ds_subscriptions::{KeyRing, RecordKeyStore, Subscriptions, SubscriptionsConfig, UrlPolicy, WakeScheduler};
 
-use crate::function::{Deployment, FunctionParts, ProcessorFunction, SqsParking, Wiring};
+use crate::function::{Deployment, FunctionParts, ProcessorFunction, Wiring};
 use crate::host::HostConfig;
+use crate::queue::SqsQueue;
 use crate::revival::{RevivalSchedules, RevivalTarget};
-use crate::subscriptions::{DelayedQueue, QueuedWakes, SqsDelayedQueue, SubscriptionPlane};
-use crate::tasks::{SqsTaskQueue, TaskQueue};
+use crate::subscriptions::{DelayedQueue, QueuedWakes, SubscriptionPlane};
+use crate::tasks::TaskQueue;
 use crate::upkeep::UpkeepPolicy;
 
-/// A required setting is missing.
+/// Why the function could not be built from its environment (the cold
+/// start fails with it).
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum EnvError {
-    #[error("{0} is not set")]
-    Missing(&'static str),
+    /// A setting is missing or wrong: fix the function's environment.
     #[error(transparent)]
-    Substrate(#[from] ds_store_aws::ConfigError),
-    /// The deployment could not be built (its configuration is wrong).
+    Config(#[from] ConfigError),
+    /// The deployment could not be built (its processors' configuration is
+    /// wrong, or could not be checked against the store): see the source.
     #[error("the deployment: {0}")]
-    Deployment(String),
-    #[error(transparent)]
-    Setting(#[from] ds_config::ConfigError),
-    /// The subscription plane could not start (its signing key unreadable).
+    Deployment(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// The subscription plane could not start (its signing key could not be
+    /// read or created in the table): retried by the next cold start.
     #[error("subscriptions: {0}")]
-    Subscriptions(String),
-}
-
-fn required(name: &'static str) -> Result<String, EnvError> {
-    std::env::var(name).ok().filter(|v| !v.is_empty()).ok_or(EnvError::Missing(name))
+    Subscriptions(#[source] StoreError),
 }
 
 /// The function over the AWS substrate named by the environment, running
@@ -50,26 +49,28 @@ pub async fn function_from_env<F, Fut, E>(deploy: F) -> Result<ProcessorFunction
 where
     F: FnOnce(Wiring) -> Fut,
     Fut: std::future::Future<Output = Result<Deployment, E>>,
-    E: std::fmt::Display,
+    E: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
-    let cfg = ds_store_aws::AwsConfig::from_env()?;
+    let env = Settings::from_env();
+    let cfg = ds_store_aws::AwsConfig::from_settings(&env)?;
     let sdk = aws_config::defaults(aws_config::BehaviorVersion::latest()).load().await;
     let aws = AwsSubstrate::new(cfg.clone(), AwsClients::from_sdk_config(&sdk));
     let service = StreamService::new(aws.substrate(), ServiceConfig::default());
     let sqs = aws_sdk_sqs::Client::new(&sdk);
-    let queue: Arc<dyn TaskQueue> = Arc::new(SqsTaskQueue::new(sqs.clone(), required("DS_PROCESSOR_TASK_QUEUE_URL")?));
+    let tasks = SqsQueue::new(sqs.clone(), env.required("DS_PROCESSOR_TASK_QUEUE_URL")?);
+    let queue: Arc<dyn TaskQueue> = Arc::new(tasks.clone());
     let target = RevivalTarget {
-        schedule_group: required("DS_PROCESSOR_SCHEDULE_GROUP")?,
-        function_arn: required("DS_PROCESSOR_FUNCTION_ARN")?,
+        schedule_group: env.required("DS_PROCESSOR_SCHEDULE_GROUP")?,
+        function_arn: env.required("DS_PROCESSOR_FUNCTION_ARN")?,
         role_arn: cfg.scheduler_role_arn.clone(),
     };
     let alarms = Arc::new(RevivalSchedules::new(aws_sdk_scheduler::Client::new(&sdk), target));
-    let parking = Arc::new(SqsParking::new(sqs.clone(), required("DS_PROCESSOR_PARKED_QUEUE_URL")?));
-    let policy = UrlPolicy { allow_loopback: ds_config::Settings::from_env().switch("DS_WEBHOOK_ALLOW_LOOPBACK")? };
-    let delayed = Arc::new(SqsDelayedQueue::new(sqs, required("DS_PROCESSOR_TASK_QUEUE_URL")?));
+    let parking = Arc::new(SqsQueue::new(sqs, env.required("DS_PROCESSOR_PARKED_QUEUE_URL")?));
+    let policy = UrlPolicy { allow_loopback: env.switch("DS_WEBHOOK_ALLOW_LOOPBACK")? };
+    let delayed = Arc::new(tasks);
     let subscriptions = subscription_plane(&service, delayed, policy).await.map_err(EnvError::Subscriptions)?;
     let deployment =
-        deploy(Wiring { service: service.clone(), queue }).await.map_err(|e| EnvError::Deployment(e.to_string()))?;
+        deploy(Wiring { service: service.clone(), queue }).await.map_err(|e| EnvError::Deployment(e.into()))?;
     Ok(ProcessorFunction::new(FunctionParts {
         aws,
         service,
@@ -89,12 +90,11 @@ pub async fn subscription_plane(
     service: &StreamService,
     delayed: Arc<dyn DelayedQueue>,
     policy: UrlPolicy,
-) -> Result<SubscriptionPlane, String> {
+) -> Result<SubscriptionPlane, StoreError> {
     let keys = RecordKeyStore::new(Arc::clone(&service.substrate().store));
-    let keys = KeyRing::open(&keys).await.map_err(|e| format!("the webhook signing key: {e}"))?;
+    let keys = KeyRing::open(&keys).await?;
     let wakes = Arc::new(QueuedWakes::new(delayed));
     let cfg = SubscriptionsConfig { url_policy: policy, sole_writer: false, ..SubscriptionsConfig::default() };
-    let engine = Subscriptions::new(service.clone(), keys, cfg, Arc::clone(&wakes) as Arc<dyn WakeScheduler>)
-        .map_err(|e| e.to_string())?;
+    let engine = Subscriptions::new(service.clone(), keys, cfg, Arc::clone(&wakes) as Arc<dyn WakeScheduler>)?;
     Ok(SubscriptionPlane::new(engine, wakes))
 }

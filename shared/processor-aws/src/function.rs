@@ -27,6 +27,7 @@ use serde_json::value::RawValue;
 use serde_json::Value;
 
 use crate::host::{HostConfig, Processors};
+use crate::queue::{SendError, SqsQueue};
 use crate::record::{sequence_number_of, Meaning, StreamEvent, StreamKey, StreamRecord};
 use crate::revival::RevivalInput;
 use crate::subscriptions::{StreamTail, SubscriptionDue, SubscriptionPlane};
@@ -45,33 +46,15 @@ pub struct ParkedRecord {
 /// Where unreadable records are kept.
 #[async_trait]
 pub trait RecordParking: Send + Sync {
-    async fn park(&self, parked: &ParkedRecord) -> Result<(), String>;
+    async fn park(&self, parked: &ParkedRecord) -> Result<(), SendError>;
 }
 
-/// [`RecordParking`] on an SQS queue.
-pub struct SqsParking {
-    sqs: aws_sdk_sqs::Client,
-    queue_url: String,
-}
-
-impl SqsParking {
-    pub fn new(sqs: aws_sdk_sqs::Client, queue_url: impl Into<String>) -> Self {
-        Self { sqs, queue_url: queue_url.into() }
-    }
-}
-
+/// [`RecordParking`] on an SQS queue: one message per record.
 #[async_trait]
-impl RecordParking for SqsParking {
-    async fn park(&self, parked: &ParkedRecord) -> Result<(), String> {
-        let body = serde_json::to_string(parked).map_err(|e| e.to_string())?;
-        self.sqs
-            .send_message()
-            .queue_url(&self.queue_url)
-            .message_body(body)
-            .send()
-            .await
-            .map_err(|e| e.as_service_error().map_or_else(|| format!("{e:?}"), |s| format!("{s:?}")))?;
-        Ok(())
+impl RecordParking for SqsQueue {
+    async fn park(&self, parked: &ParkedRecord) -> Result<(), SendError> {
+        // Two strings: encoding cannot fail.
+        self.send(serde_json::to_string(parked).unwrap_or_default(), 0).await
     }
 }
 

@@ -1,5 +1,11 @@
 //! The AWS processor host: the library behind `functions/lambda-processor`.
 //!
+//! Where this crate sits in the processor plane, which reads left to right:
+//! runner ([`ds_processor`]) → adapters (`ds-processor-host`) → hosts
+//! (`ds-processor-local` in the server, `ds-processor-aws` in the Lambda
+//! processor function, **this crate**) → built-in kinds and their TOML (`ds-processors-builtin`).
+//! Test support for all of them: `ds-processor-testkit` (tests/processor-testkit).
+//!
 //! The table's DynamoDB Stream is the doorbell. An event source mapping with
 //! `FilterCriteria` (template.yaml) invokes the function only for chunk
 //! inserts (a stream's tail moved) and TTL removals of meta items; a record
@@ -13,10 +19,11 @@
 //! | [`host`] | [`host::Processors`]: the registered processors of a stream, driven to its head within the invocation's deadline, warm between invocations |
 //! | [`journal`] | the journal as a doorbell-driven host reads it (one read per batch) |
 //! | [`revival`] | revival alarms on EventBridge Scheduler (the AWS `AlarmScheduler`) |
+//! | [`queue`] | the one SQS sender behind tasks, subscriptions' delayed times and parked records |
 //! | [`tasks`] | background work handed to SQS, run by the same function, completion recorded |
 //! | [`upkeep`] | TTL removals finished (fork reference released, items and objects purged), sealing, sweeping |
 //! | [`function`] | [`function::ProcessorFunction`]: every event the function gets, dispatched |
-//! | [`filter`] | Lambda's event filtering (the pumps of `test_util` apply the template's) |
+//! | [`filter`] | Lambda's event filtering (the emulator pumps of `tests/lambda-pump` apply the template's) |
 //! | [`env`] | the function from its environment |
 
 pub mod env;
@@ -24,12 +31,11 @@ pub mod filter;
 pub mod function;
 pub mod host;
 pub mod journal;
+pub mod queue;
 pub mod record;
 pub mod revival;
 pub mod subscriptions;
 pub mod tasks;
-#[cfg(feature = "test-util")]
-pub mod test_util;
 pub mod upkeep;
 
 pub use env::function_from_env;

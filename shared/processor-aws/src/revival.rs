@@ -18,13 +18,11 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 use async_trait::async_trait;
-use aws_sdk_scheduler::types::{ActionAfterCompletion, FlexibleTimeWindow, FlexibleTimeWindowMode, Target};
 use ds_processor::{Alarm, RecoveryError, StreamIncarnation};
 use ds_processor_host::AlarmScheduler;
 use ds_store_aws::error::{classify, AwsError};
-use ds_store_aws::scheduler::at_expression;
+use ds_store_aws::schedules::{self, OneShot, OVERDUE_DELAY_MS};
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
 /// Tells a revival schedule's input from the other events the function gets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -72,11 +70,7 @@ impl RevivalInput {
 /// Deterministic schedule name of the revival alarm of `slug` on `path`:
 /// `dsp-` + 56 hex digits of SHA-256 (names allow 64 characters).
 pub fn revival_schedule_name(path: &str, slug: &str) -> String {
-    let mut h = Sha256::new();
-    h.update(path.as_bytes());
-    h.update([0u8]);
-    h.update(slug.as_bytes());
-    format!("dsp-{}", &hex::encode(h.finalize())[..56])
+    schedules::name("dsp-", path, slug)
 }
 
 /// Where revival schedules go and whom they invoke.
@@ -101,9 +95,9 @@ fn unavailable(e: impl std::fmt::Display) -> RecoveryError {
     RecoveryError::Unavailable(e.to_string())
 }
 
-fn now_ms() -> u64 {
+fn now_ms() -> i64 {
     let d = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
 impl RevivalSchedules {
@@ -141,48 +135,18 @@ impl RevivalSchedules {
 impl AlarmScheduler for RevivalSchedules {
     async fn arm(&self, path: &str, alarm: &Alarm) -> Result<(), RecoveryError> {
         let name = revival_schedule_name(path, &alarm.slug);
-        // Scheduler refuses times in the past: an overdue alarm fires soon.
         let mut input = RevivalInput::new(path, alarm);
-        input.at_ms = input.at_ms.max(now_ms() + 1_000);
-        let at = i64::try_from(input.at_ms).map_err(unavailable)?;
-        let expr = at_expression(at).map_err(unavailable)?;
-        let target = Target::builder()
-            .arn(&self.target.function_arn)
-            .role_arn(&self.target.role_arn)
-            .input(serde_json::to_string(&input).map_err(unavailable)?)
-            .build()
-            .map_err(unavailable)?;
-        let window = FlexibleTimeWindow::builder().mode(FlexibleTimeWindowMode::Off).build().map_err(unavailable)?;
-        let created = self
-            .scheduler
-            .create_schedule()
-            .name(&name)
-            .group_name(&self.target.schedule_group)
-            .schedule_expression(&expr)
-            .schedule_expression_timezone("UTC")
-            .flexible_time_window(window.clone())
-            .target(target.clone())
-            .action_after_completion(ActionAfterCompletion::Delete)
-            .send()
-            .await;
-        match created {
-            Ok(_) => {}
-            Err(e) if e.as_service_error().is_some_and(|s| s.is_conflict_exception()) => {
-                self.scheduler
-                    .update_schedule()
-                    .name(&name)
-                    .group_name(&self.target.schedule_group)
-                    .schedule_expression(&expr)
-                    .schedule_expression_timezone("UTC")
-                    .flexible_time_window(window)
-                    .target(target)
-                    .action_after_completion(ActionAfterCompletion::Delete)
-                    .send()
-                    .await
-                    .map_err(|e| unavailable(classify(e)))?;
-            }
-            Err(e) => return Err(unavailable(classify(e))),
-        }
+        let at = i64::try_from(input.at_ms).map_err(unavailable)?.max(now_ms() + OVERDUE_DELAY_MS);
+        input.at_ms = u64::try_from(at).map_err(unavailable)?;
+        let schedule = OneShot {
+            group: &self.target.schedule_group,
+            name: &name,
+            target_arn: &self.target.function_arn,
+            role_arn: &self.target.role_arn,
+            // Plain fields: encoding cannot fail.
+            input: serde_json::to_string(&input).unwrap_or_default(),
+        };
+        schedules::upsert(&self.scheduler, schedule, at).await.map_err(unavailable)?;
         tracing::debug!(path, slug = %alarm.slug, at_ms = input.at_ms, "revival alarm armed");
         self.remembered().insert((path.to_owned(), alarm.slug.clone()), alarm.token.clone());
         Ok(())
@@ -192,19 +156,8 @@ impl AlarmScheduler for RevivalSchedules {
         let key = (path.to_owned(), slug.to_owned());
         let Some(token) = self.remembered().get(&key).cloned() else { return Ok(()) };
         if self.pending(path, slug).await?.is_some_and(|p| p.token == token) {
-            let deleted = self
-                .scheduler
-                .delete_schedule()
-                .name(revival_schedule_name(path, slug))
-                .group_name(&self.target.schedule_group)
-                .send()
-                .await;
-            if let Err(e) = deleted {
-                match classify(e) {
-                    AwsError::NotFound(_) => {}
-                    other => return Err(unavailable(other)),
-                }
-            }
+            let name = revival_schedule_name(path, slug);
+            schedules::delete(&self.scheduler, &self.target.schedule_group, &name).await.map_err(unavailable)?;
         }
         let mut armed = self.remembered();
         if armed.get(&key) == Some(&token) {

@@ -29,6 +29,8 @@ use ds_core::TailSignal;
 use ds_subscriptions::{SubscriptionError, Subscriptions, WakeScheduler};
 use serde::{Deserialize, Serialize};
 
+use crate::queue::{SendError, SqsQueue};
+
 /// Longest delay SQS gives a message.
 const MAX_DELAY_SECS: i64 = 900;
 
@@ -64,29 +66,14 @@ fn now_ms() -> i64 {
 /// Where [`QueuedWakes`] sends its delayed messages.
 #[async_trait]
 pub trait DelayedQueue: Send + Sync {
-    async fn send_delayed(&self, body: String, delay_secs: i32) -> Result<(), String>;
+    async fn send_delayed(&self, body: String, delay_secs: i32) -> Result<(), SendError>;
 }
 
-/// [`DelayedQueue`] on an SQS queue.
-pub struct SqsDelayedQueue {
-    sqs: aws_sdk_sqs::Client,
-    queue_url: String,
-}
-
-impl SqsDelayedQueue {
-    pub fn new(sqs: aws_sdk_sqs::Client, queue_url: impl Into<String>) -> Self {
-        Self { sqs, queue_url: queue_url.into() }
-    }
-}
-
+/// [`DelayedQueue`] on an SQS queue (SQS delays a message by up to 15 minutes).
 #[async_trait]
-impl DelayedQueue for SqsDelayedQueue {
-    async fn send_delayed(&self, body: String, delay_secs: i32) -> Result<(), String> {
-        let sent = self.sqs.send_message().queue_url(&self.queue_url).message_body(body).delay_seconds(delay_secs);
-        sent.send()
-            .await
-            .map(|_| ())
-            .map_err(|e| e.as_service_error().map_or_else(|| format!("{e:?}"), |s| format!("{s:?}")))
+impl DelayedQueue for SqsQueue {
+    async fn send_delayed(&self, body: String, delay_secs: i32) -> Result<(), SendError> {
+        self.send(body, delay_secs).await
     }
 }
 
@@ -273,8 +260,8 @@ mod tests {
 
     #[async_trait]
     impl DelayedQueue for Recorded {
-        async fn send_delayed(&self, body: String, delay_secs: i32) -> Result<(), String> {
-            let due = SubscriptionDue::parse(&body).ok_or("not a due message")?;
+        async fn send_delayed(&self, body: String, delay_secs: i32) -> Result<(), SendError> {
+            let due = SubscriptionDue::parse(&body).expect("a due message");
             lock(&self.0).push((due, delay_secs));
             Ok(())
         }

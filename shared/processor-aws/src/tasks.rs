@@ -31,6 +31,8 @@ use ds_core::{Commit, Op, Record, RecordExpect, StoreError, StreamService};
 use ds_processor::EffectError;
 use serde::{Deserialize, Serialize};
 
+use crate::queue::SqsQueue;
+
 /// One piece of background work.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -58,37 +60,12 @@ pub trait TaskQueue: Send + Sync {
     async fn enqueue(&self, task: &Task) -> Result<(), EffectError>;
 }
 
-/// [`TaskQueue`] on an SQS queue.
-pub struct SqsTaskQueue {
-    sqs: aws_sdk_sqs::Client,
-    queue_url: String,
-}
-
-impl SqsTaskQueue {
-    pub fn new(sqs: aws_sdk_sqs::Client, queue_url: impl Into<String>) -> Self {
-        Self { sqs, queue_url: queue_url.into() }
-    }
-}
-
+/// [`TaskQueue`] on an SQS queue: one message per task.
 #[async_trait]
-impl TaskQueue for SqsTaskQueue {
+impl TaskQueue for SqsQueue {
     async fn enqueue(&self, task: &Task) -> Result<(), EffectError> {
         let body = serde_json::to_string(task).map_err(|e| EffectError::new(format!("encoding task: {e}")))?;
-        self.sqs
-            .send_message()
-            .queue_url(&self.queue_url)
-            .message_body(body)
-            .send()
-            .await
-            .map_err(|e| EffectError::new(format!("enqueueing task {}: {}", task.idempotency_key, sqs_error(e))))?;
-        Ok(())
-    }
-}
-
-fn sqs_error<E: std::fmt::Debug, R: std::fmt::Debug>(e: aws_sdk_sqs::error::SdkError<E, R>) -> String {
-    match e.as_service_error() {
-        Some(s) => format!("{s:?}"),
-        None => format!("{e:?}"),
+        self.send(body, 0).await.map_err(|e| EffectError::new(format!("enqueueing task {}: {e}", task.idempotency_key)))
     }
 }
 

@@ -11,10 +11,10 @@
 
 use std::sync::Arc;
 
-use ds_processor::examples::Counter;
-use ds_processor_aws::test_util::{ProcessorEnv, StreamPump};
+use ds_lambda_pump::{ProcessorEnv, StreamPump};
 use ds_processor_aws::Deployment;
 use ds_processor_host::{ProcessorRegistry, Spec};
+use ds_processor_testkit::examples::Counter;
 use ds_store_aws::test_util::{count, total, CallCounter, Calls};
 use serde_json::json;
 

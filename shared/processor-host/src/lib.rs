@@ -4,6 +4,12 @@
 //! protocol core, so the same adapters run on the memory, local and AWS
 //! substrates.
 //!
+//! Where this crate sits in the processor plane, which reads left to right:
+//! runner ([`ds_processor`]) → adapters (`ds-processor-host`, **this crate**) → hosts
+//! (`ds-processor-local` in the server, `ds-processor-aws` in the Lambda
+//! processor function) → built-in kinds and their TOML (`ds-processors-builtin`).
+//! Test support for all of them: `ds-processor-testkit` (tests/processor-testkit).
+//!
 //! - [`StreamJournal`]: a JSON-mode stream as the journal. An entry's
 //!   position is the stream offset just past it; an append with an
 //!   idempotency key carries the key's record in the append's own commit
@@ -29,14 +35,12 @@ mod journal;
 mod operator;
 mod progress;
 mod recovery;
-#[cfg(feature = "test-util")]
-pub mod test_util;
 
 pub use alarms::{AlarmScheduler, FiredAlarm, InProcAlarms};
 pub use hosted::{HostedRunner, ProcessorRegistry, ProcessorSpec, Registration, RegistryError, Spec};
 pub use journal::StreamJournal;
 pub use operator::{
-    processed_stream, resolve, runner_detail, stored_progress, Control, OnDemandOperator, OperatorError,
+    processed_stream, record_detail, resolve, runner_detail, stored_progress, Control, OnDemandOperator, OperatorError,
     ProcessorDetail, ProcessorOperator, ProcessorPage, ProcessorStatus,
 };
 pub use progress::RecordProgressStore;

@@ -229,6 +229,23 @@ pub async fn stored_progress(
     store.read(&StreamIncarnation::new(meta.incarnation.to_string())).await.map_err(|e| OperatorError::Runner(e.into()))
 }
 
+/// The detail of a processor with no runner open, from its stored progress
+/// on the stream life `meta` (nothing stored: no state yet).
+pub async fn record_detail(
+    service: &StreamService,
+    registration: &Registration,
+    meta: &StreamMeta,
+    slug: &str,
+) -> Result<ProcessorDetail, OperatorError> {
+    let stored = stored_progress(service, meta, slug).await?;
+    let (reducer_version, state) = match &stored {
+        Some(s) => (s.progress.reduction.reducer_version.clone(), s.progress.reduction.state.clone()),
+        None => (String::new(), Value::Null),
+    };
+    let status = ProcessorStatus::of_record(registration, &meta.path, meta.tail, stored.as_ref());
+    Ok(ProcessorDetail { status, reducer_version, state })
+}
+
 /// The detail of an open runner.
 pub fn runner_detail(
     registration: &Registration,
@@ -317,13 +334,7 @@ impl ProcessorOperator for OnDemandOperator {
     async fn show(&self, slug: &str, stream: &str) -> Result<ProcessorDetail, OperatorError> {
         let registration = resolve(&self.registry, slug, stream)?;
         let meta = processed_stream(&self.service, stream).await?;
-        let stored = stored_progress(&self.service, &meta, slug).await?;
-        let (reducer_version, state) = match &stored {
-            Some(s) => (s.progress.reduction.reducer_version.clone(), s.progress.reduction.state.clone()),
-            None => (String::new(), Value::Null),
-        };
-        let status = ProcessorStatus::of_record(registration, stream, meta.tail, stored.as_ref());
-        Ok(ProcessorDetail { status, reducer_version, state })
+        record_detail(&self.service, registration, &meta, slug).await
     }
 
     async fn control(&self, slug: &str, stream: &str, control: Control) -> Result<ProcessorDetail, OperatorError> {

@@ -1,4 +1,4 @@
-//! The runner's adapter contract suite (`ds_processor::adapter_contract`)
+//! The runner's adapter contract suite (`ds_processor_testkit::adapter_contract`)
 //! against the substrate-backed adapters, on the memory, local and AWS
 //! substrates. Every instance is a separate substrate instance over one
 //! backing store (own lock, hub and registry), like another process.
@@ -6,9 +6,11 @@
 use std::sync::Arc;
 
 use ds_core::{ServiceConfig, StreamService, StreamStore};
-use ds_processor::adapter_contract::{AdapterFactory, AdapterSet};
 use ds_processor::Alarm;
-use ds_processor_host::test_util::SubstrateAdapters;
+use ds_processor_testkit::adapter_contract::{AdapterFactory, AdapterSet};
+use substrate_adapters::SubstrateAdapters;
+
+mod substrate_adapters;
 
 fn services_over(store: Arc<dyn StreamStore>) -> SubstrateAdapters {
     SubstrateAdapters::new(Arc::new(move || {
@@ -23,7 +25,7 @@ mod memory {
         Some(services_over(Arc::new(ds_store_memory::MemoryStore::new())))
     }
 
-    ds_processor::adapter_contract_suite!(factory);
+    ds_processor_testkit::adapter_contract_suite!(factory);
 }
 
 mod local {
@@ -57,7 +59,7 @@ mod local {
         Some(Local { adapters: services_over(Arc::new(store)), _dir: dir })
     }
 
-    ds_processor::adapter_contract_suite!(factory);
+    ds_processor_testkit::adapter_contract_suite!(factory);
 }
 
 mod aws {
@@ -69,5 +71,5 @@ mod aws {
         Some(SubstrateAdapters::new(Arc::new(move || aws.service().1)))
     }
 
-    ds_processor::adapter_contract_suite!(factory);
+    ds_processor_testkit::adapter_contract_suite!(factory);
 }

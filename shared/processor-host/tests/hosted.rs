@@ -5,9 +5,9 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use ds_core::{CreateRequest, ServiceConfig, StreamService};
-use ds_processor::examples::Counter;
 use ds_processor::{Journal, OutgoingEvent, RunnerConfig, StreamIncarnation};
 use ds_processor_host::{adapters, InProcAlarms, ProcessorRegistry, RegistryError, Spec, StreamJournal};
+use ds_processor_testkit::examples::Counter;
 use ds_protocol::headers::Lifetime;
 use serde_json::json;
 

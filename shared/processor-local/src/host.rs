@@ -21,7 +21,7 @@ use ds_processor_host::{FiredAlarm, InProcAlarms, ProcessorRegistry, Registratio
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio_util::sync::CancellationToken;
 
-use crate::slot::Slot;
+use crate::slot::{Opening, Slot, Tail, Turn};
 use crate::tasks::Tasks;
 
 /// Tunables of the host.
@@ -56,7 +56,7 @@ pub(crate) struct Running {
 /// `None`: retired.
 pub(crate) struct StreamEntry {
     pub slots: Vec<Option<Arc<Slot>>>,
-    pub tail: Arc<crate::slot::Tail>,
+    pub tail: Arc<Tail>,
 }
 
 pub(crate) struct Inner {
@@ -89,6 +89,17 @@ impl Inner {
 
     pub(crate) fn running(&self) -> &Running {
         self.running.get().expect("slots run only after start")
+    }
+
+    /// What a slot opens its runner with.
+    pub(crate) fn opening(&self) -> Opening<'_> {
+        let running = self.running();
+        Opening {
+            service: &running.service,
+            alarms: &running.alarms,
+            runner: &self.config.runner,
+            shutdown: &self.shutdown,
+        }
     }
 
     /// A commit on `path` (called by the hub, synchronously: cheap).
@@ -133,7 +144,7 @@ impl Inner {
                 None => {
                     let slot = Arc::new(Slot::new(path, registration, Arc::clone(&entry.tail)));
                     entry.slots[i] = Some(Arc::clone(&slot));
-                    self.tasks.spawn(crate::slot::run(Arc::clone(self), slot));
+                    self.tasks.spawn(run_slot(Arc::clone(self), slot));
                 }
             }
         }
@@ -221,5 +232,49 @@ async fn deliver(inner: &Inner, fired: FiredAlarm) {
     }
     if let Err(error) = running.alarms.settle(&fired).await {
         tracing::warn!(stream = %fired.path, processor = %fired.alarm.slug, %error, "could not settle a delivered alarm; it fires again after a restart");
+    }
+}
+
+/// Longest pause between attempts after failures.
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+
+/// The task of one slot (see the module docs of `slot`).
+pub(crate) async fn run_slot(inner: Arc<Inner>, slot: Arc<Slot>) {
+    let mut failures = 0u32;
+    loop {
+        if inner.shutdown.is_cancelled() {
+            return;
+        }
+        let seen = slot.rung.load(Ordering::SeqCst);
+        match slot.drive(&inner.opening()).await {
+            Turn::Idle => failures = 0,
+            Turn::Reopen => continue,
+            Turn::Gone => {
+                if inner.retire(&slot, seen) {
+                    tracing::debug!(stream = %slot.path, processor = slot.slug(), "stream gone: processor retired");
+                    return;
+                }
+                continue;
+            }
+            Turn::NotJson(content_type) => {
+                if !slot.warned.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(stream = %slot.path, processor = slot.slug(), %content_type, "stream matches the processor's pattern but is not a JSON stream: not processed");
+                }
+            }
+            Turn::Failed(error) => {
+                failures = failures.saturating_add(1);
+                let delay = Duration::from_millis(100).saturating_mul(1 << failures.min(9)).min(MAX_BACKOFF);
+                tracing::warn!(stream = %slot.path, processor = slot.slug(), %error, retry_in = ?delay, "processor turn failed");
+                tokio::select! {
+                    () = tokio::time::sleep(delay) => continue,
+                    () = inner.shutdown.cancelled() => return,
+                }
+            }
+            Turn::Drained => return,
+        }
+        tokio::select! {
+            () = slot.bell.notified() => {}
+            () = inner.shutdown.cancelled() => return,
+        }
     }
 }

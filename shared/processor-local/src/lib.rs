@@ -1,6 +1,12 @@
 //! Runs stream processors inside a server process (`durable-streams serve
 //! --processors FILE`), over whatever substrate it serves.
 //!
+//! Where this crate sits in the processor plane, which reads left to right:
+//! runner ([`ds_processor`]) → adapters (`ds-processor-host`) → hosts
+//! (`ds-processor-local` in the server, **this crate**, `ds-processor-aws` in the Lambda
+//! processor function) → built-in kinds and their TOML (`ds-processors-builtin`).
+//! Test support for all of them: `ds-processor-testkit` (tests/processor-testkit).
+//!
 //! - **Woken by commits.** [`LocalHost::tap`] wraps the substrate's hub: the
 //!   core publishes after every commit, and the publish rings the host for
 //!   that stream. No polling: a processor runs when its stream changed.

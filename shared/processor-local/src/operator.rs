@@ -7,10 +7,9 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use ds_processor_host::{
-    processed_stream, resolve, runner_detail, stored_progress, Control, OperatorError, ProcessorDetail,
+    processed_stream, record_detail, resolve, runner_detail, stored_progress, Control, OperatorError, ProcessorDetail,
     ProcessorOperator, ProcessorPage, ProcessorStatus,
 };
-use serde_json::Value;
 
 use crate::host::{matching, Inner};
 use crate::slot::Slot;
@@ -86,18 +85,13 @@ impl ProcessorOperator for LocalOperator {
         if let Some(runner) = runner.filter(|r| r.incarnation() == &*meta.incarnation) {
             return Ok(runner_detail(registration, stream, meta.tail, runner.as_ref()));
         }
-        let stored = stored_progress(&running.service, &meta, slug).await?;
-        let (reducer_version, state) = match &stored {
-            Some(s) => (s.progress.reduction.reducer_version.clone(), s.progress.reduction.state.clone()),
-            None => (String::new(), Value::Null),
-        };
-        let status = ProcessorStatus::of_record(registration, stream, meta.tail, stored.as_ref());
-        Ok(ProcessorDetail { status, reducer_version, state })
+        record_detail(&running.service, registration, &meta, slug).await
     }
 
     async fn control(&self, slug: &str, stream: &str, control: Control) -> Result<ProcessorDetail, OperatorError> {
         let slot = self.slot(slug, stream).await?;
-        let runner = slot.runner_or_open(&self.inner).await.map_err(|turn| turn.into_operator_error(stream))?;
+        let runner =
+            slot.runner_or_open(&self.inner.opening()).await.map_err(|turn| turn.into_operator_error(stream))?;
         let applied = control.apply(runner.as_ref()).await;
         // Whatever happened, let the slot look again (a rewind has work to redo).
         slot.ring();

@@ -1,6 +1,6 @@
-//! One processor on one stream: its runner and the task that drives it.
-//!
-//! The task catches the runner up whenever its doorbell rang (a commit on
+//! One processor on one stream: its runner, opened on demand, and one turn
+//! of it (open if needed, then catch up). The host's task for the slot
+//! (`host::run_slot`) takes a turn whenever its doorbell rang (a commit on
 //! the stream, or a control), then sleeps until the next ring. A doorbell
 //! is a `Notify` permit, so rings while it works coalesce into one more
 //! catch-up, and none is lost. If the stream was re-created the runner is
@@ -8,14 +8,20 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
 
-use ds_core::TailSignal;
-use ds_processor::{JournalError, RunnerError};
-use ds_processor_host::{processed_stream, AlarmScheduler, HostedRunner, OperatorError, Registration};
+use ds_core::{StreamService, TailSignal};
+use ds_processor::{JournalError, RunnerConfig, RunnerError};
+use ds_processor_host::{processed_stream, AlarmScheduler, HostedRunner, InProcAlarms, OperatorError, Registration};
 use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
 
-use crate::host::Inner;
+/// What a slot opens its runner with: the host's running parts.
+pub(crate) struct Opening<'a> {
+    pub service: &'a StreamService,
+    pub alarms: &'a Arc<InProcAlarms>,
+    pub runner: &'a RunnerConfig,
+    pub shutdown: &'a CancellationToken,
+}
 
 /// The last tail published for a stream, per incarnation (merged like the
 /// hub merges its signals: never backwards within one life).
@@ -46,12 +52,12 @@ pub(crate) struct Slot {
     pub registration: Registration,
     /// Bumped by every ring (see the ring/retire invariant in `host`).
     pub rung: AtomicU64,
-    bell: Notify,
+    pub bell: Notify,
     runner: Mutex<Option<Arc<dyn HostedRunner>>>,
     /// Held while a runner is opened, so the task and a control never open two.
     opening: tokio::sync::Mutex<()>,
     pub tail: Arc<Tail>,
-    warned: AtomicBool,
+    pub warned: AtomicBool,
 }
 
 /// How one turn of a slot ended.
@@ -128,7 +134,7 @@ impl Slot {
     }
 
     /// The open runner, or a new one on the stream's current life.
-    pub(crate) async fn runner_or_open(&self, inner: &Inner) -> Result<Arc<dyn HostedRunner>, Turn> {
+    pub(crate) async fn runner_or_open(&self, host: &Opening<'_>) -> Result<Arc<dyn HostedRunner>, Turn> {
         if let Some(runner) = self.runner() {
             return Ok(runner);
         }
@@ -136,31 +142,26 @@ impl Slot {
         if let Some(runner) = self.runner() {
             return Ok(runner);
         }
-        if inner.shutdown.is_cancelled() {
+        if host.shutdown.is_cancelled() {
             return Err(Turn::Drained);
         }
-        let running = inner.running();
-        match processed_stream(&running.service, &self.path).await {
+        match processed_stream(host.service, &self.path).await {
             Ok(_) => {}
             Err(OperatorError::StreamNotFound { .. }) => return Err(Turn::Gone),
             Err(OperatorError::NotJson { content_type, .. }) => return Err(Turn::NotJson(content_type)),
             Err(e) => return Err(Turn::Failed(RunnerError::Journal(JournalError::Unavailable(e.to_string())))),
         }
-        let alarms: Arc<dyn AlarmScheduler> = running.alarms.clone();
-        let adapters = ds_processor_host::adapters(&running.service, &self.path, self.slug(), alarms);
-        let runner = self
-            .registration
-            .spec
-            .open_on(&self.path, adapters, inner.config.runner.clone())
-            .await
-            .map_err(Turn::of)?;
+        let alarms: Arc<dyn AlarmScheduler> = host.alarms.clone();
+        let adapters = ds_processor_host::adapters(host.service, &self.path, self.slug(), alarms);
+        let runner =
+            self.registration.spec.open_on(&self.path, adapters, host.runner.clone()).await.map_err(Turn::of)?;
         *self.runner.lock().unwrap_or_else(PoisonError::into_inner) = Some(Arc::clone(&runner));
         Ok(runner)
     }
 
     /// One turn: open if needed, then catch up.
-    async fn drive(&self, inner: &Inner) -> Turn {
-        let runner = match self.runner_or_open(inner).await {
+    pub(crate) async fn drive(&self, host: &Opening<'_>) -> Turn {
+        let runner = match self.runner_or_open(host).await {
             Ok(runner) => runner,
             Err(turn) => return turn,
         };
@@ -173,50 +174,6 @@ impl Slot {
                 }
                 turn
             }
-        }
-    }
-}
-
-/// Longest pause between attempts after failures.
-const MAX_BACKOFF: Duration = Duration::from_secs(30);
-
-/// The slot's task (see module docs).
-pub(crate) async fn run(inner: Arc<Inner>, slot: Arc<Slot>) {
-    let mut failures = 0u32;
-    loop {
-        if inner.shutdown.is_cancelled() {
-            return;
-        }
-        let seen = slot.rung.load(Ordering::SeqCst);
-        match slot.drive(&inner).await {
-            Turn::Idle => failures = 0,
-            Turn::Reopen => continue,
-            Turn::Gone => {
-                if inner.retire(&slot, seen) {
-                    tracing::debug!(stream = %slot.path, processor = slot.slug(), "stream gone: processor retired");
-                    return;
-                }
-                continue;
-            }
-            Turn::NotJson(content_type) => {
-                if !slot.warned.swap(true, Ordering::Relaxed) {
-                    tracing::warn!(stream = %slot.path, processor = slot.slug(), %content_type, "stream matches the processor's pattern but is not a JSON stream: not processed");
-                }
-            }
-            Turn::Failed(error) => {
-                failures = failures.saturating_add(1);
-                let delay = Duration::from_millis(100).saturating_mul(1 << failures.min(9)).min(MAX_BACKOFF);
-                tracing::warn!(stream = %slot.path, processor = slot.slug(), %error, retry_in = ?delay, "processor turn failed");
-                tokio::select! {
-                    () = tokio::time::sleep(delay) => continue,
-                    () = inner.shutdown.cancelled() => return,
-                }
-            }
-            Turn::Drained => return,
-        }
-        tokio::select! {
-            () = slot.bell.notified() => {}
-            () = inner.shutdown.cancelled() => return,
         }
     }
 }

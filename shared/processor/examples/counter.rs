@@ -1,9 +1,9 @@
 //! A pure fold over an in-memory journal: `cargo run -p ds-processor
 //! --example counter --features test-util`.
 
-use ds_processor::examples::Counter;
-use ds_processor::harness::World;
 use ds_processor::{RunnerConfig, RunnerError};
+use ds_processor_testkit::examples::Counter;
+use ds_processor_testkit::harness::World;
 use serde_json::json;
 
 #[tokio::main(flavor = "current_thread")]

@@ -1,9 +1,9 @@
 //! An outbox delivering through a flaky, deduping sink:
 //! `cargo run -p ds-processor --example outbox --features test-util`.
 
-use ds_processor::examples::Outbox;
-use ds_processor::harness::World;
 use ds_processor::{EventBatch, RunnerConfig, RunnerError};
+use ds_processor_testkit::examples::Outbox;
+use ds_processor_testkit::harness::World;
 use serde_json::json;
 
 #[tokio::main(flavor = "current_thread")]

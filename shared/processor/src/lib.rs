@@ -1,5 +1,11 @@
 //! # Stream processor runner
 //!
+//! Where this crate sits in the processor plane, which reads left to right:
+//! runner (`ds-processor`, **this crate**) → adapters (`ds-processor-host`) → hosts
+//! (`ds-processor-local` in the server, `ds-processor-aws` in the Lambda
+//! processor function) → built-in kinds and their TOML (`ds-processors-builtin`).
+//! Test support for all of them: `ds-processor-testkit` (tests/processor-testkit).
+//!
 //! A processor folds and reacts to an append-only, offset-addressed JSON
 //! journal. This crate runs it: the same [`Processor`] contract is served by
 //! the post-commit [`Runner`] and by the synchronous, pre-commit
@@ -67,12 +73,12 @@
 //!
 //! **Adapters.** Hosts implement [`Journal`], [`ProgressStore`] and
 //! [`Recovery`] over their storage and check them with the adapter contract
-//! suite (`adapter_contract`, feature `test-util`).
+//! suite (crate `ds-processor-testkit`, module `adapter_contract`).
 //!
 //! ## A runner over your own adapters
 //!
-//! Nothing here needs the `test-util` feature: any implementation of the
-//! port traits will do. These keep one stream in memory; a real host talks
+//! Nothing here needs the test kit: any implementation of the port
+//! traits will do. These keep one stream in memory; a real host talks
 //! to its database in the same shape (the incarnation check, the key lookup
 //! and the write of an append are one atomic step; a progress commit applies
 //! [`check_fence`] to the stored record in the same conditional write).
@@ -229,8 +235,8 @@
 //! ## A pure fold
 //!
 //! ```
-//! use ds_processor::examples::{Counter, CounterState};
-//! use ds_processor::harness::World;
+//! use ds_processor_testkit::examples::{Counter, CounterState};
+//! use ds_processor_testkit::harness::World;
 //! use ds_processor::RunnerConfig;
 //! use serde_json::json;
 //!
@@ -254,8 +260,8 @@
 //! ## An outbox with blocking, idempotent delivery
 //!
 //! ```
-//! use ds_processor::examples::Outbox;
-//! use ds_processor::harness::World;
+//! use ds_processor_testkit::examples::Outbox;
+//! use ds_processor_testkit::harness::World;
 //! use ds_processor::{EventBatch, RunnerConfig};
 //! use serde_json::json;
 //!
@@ -281,7 +287,6 @@
 
 mod backoff;
 mod cadence;
-mod clock;
 mod contract;
 pub mod core_events;
 mod delivery;
@@ -298,19 +303,13 @@ mod processor;
 mod progress;
 mod runner;
 mod sync_util;
-
-#[cfg(feature = "test-util")]
-pub mod adapter_contract;
-#[cfg(feature = "test-util")]
-pub mod examples;
-#[cfg(feature = "test-util")]
-pub mod harness;
+mod time;
 
 pub use backoff::Backoff;
 pub use cadence::CheckpointCadence;
-pub use clock::TokioClock;
 pub use contract::{Contract, ContractError, ANY_EVENT, CORE_EVENT_PREFIX};
 pub use delivery::{Delivery, Phase};
+pub use ds_clock::Clock;
 pub use effects::{EffectError, EffectFuture, Effects};
 pub use error::{RunnerError, WaitError};
 pub use event::{Envelope, JournalEntry, Metadata, OutgoingEvent};
@@ -318,9 +317,7 @@ pub use fence::{check_fence, Expectation, Fence, FenceRejection};
 pub use idempotency::{event_key, stable_key};
 pub use incarnation::StreamIncarnation;
 pub use inline::{Admission, AdmitError, InlineBlockingUnsupported, InlineRunner};
-pub use ports::{
-    Alarm, AppendOutcome, Clock, Journal, JournalError, ProgressError, ProgressStore, Recovery, RecoveryError,
-};
+pub use ports::{Alarm, AppendOutcome, Journal, JournalError, ProgressError, ProgressStore, Recovery, RecoveryError};
 pub use processor::{ProcessCall, Processor, Rejection};
 pub use progress::{PendingAudit, Processing, Progress, Reduction, StoredProgress};
 pub use runner::{

@@ -1,12 +1,12 @@
 //! Adapter traits: everything the runner needs from the outside world.
 //!
 //! Nothing here is AWS- or HTTP-specific. In-memory implementations live in
-//! `harness`, and every implementation is held to these contracts by the
-//! suite in `adapter_contract` (both feature `test-util`).
+//! the test kit's `harness` (crate `ds-processor-testkit`), and every
+//! implementation is held to these contracts by its `adapter_contract`
+//! suite.
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use futures::future::BoxFuture;
 
 use crate::event::JournalEntry;
 use crate::fence::{Fence, FenceRejection};
@@ -159,12 +159,4 @@ pub trait Recovery: Send + Sync {
     async fn disarm(&self, slug: &str) -> Result<(), RecoveryError>;
     /// Handles a fired alarm; see [`crate::core_events::append_revival`].
     async fn handle_alarm(&self, alarm: &Alarm) -> Result<AppendOutcome, RecoveryError>;
-}
-
-/// Time, injected so tests run on a manual or paused clock.
-pub trait Clock: Send + Sync {
-    /// Milliseconds since the Unix epoch (alarm times are absolute).
-    fn now_ms(&self) -> u64;
-    /// Resolves once `now_ms() >= deadline_ms`.
-    fn sleep_until(&self, deadline_ms: u64) -> BoxFuture<'static, ()>;
 }

@@ -1,12 +1,12 @@
-//! The adapter contract suite (`ds_processor::adapter_contract`) against the
+//! The adapter contract suite (`ds_processor_testkit::adapter_contract`) against the
 //! in-memory adapters of the harness.
 
-use ds_processor::adapter_contract::AdapterFactory;
-use ds_processor::harness::MemoryAdapterFactory;
+use ds_processor_testkit::adapter_contract::AdapterFactory;
+use ds_processor_testkit::harness::MemoryAdapterFactory;
 
 /// A fresh in-memory storage per check.
 async fn factory(_check: &'static str) -> Option<impl AdapterFactory> {
     Some(MemoryAdapterFactory::new())
 }
 
-ds_processor::adapter_contract_suite!(factory);
+ds_processor_testkit::adapter_contract_suite!(factory);

@@ -9,12 +9,12 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use ds_processor::adapter_contract::{self, AdapterFactory, AdapterSet};
-use ds_processor::harness::MemoryAdapterFactory;
 use ds_processor::{
     check_fence, Alarm, AppendOutcome, Fence, Journal, JournalEntry, JournalError, ProgressError, ProgressStore,
     Recovery, RecoveryError, StoredProgress, StreamIncarnation,
 };
+use ds_processor_testkit::adapter_contract::{self, AdapterFactory, AdapterSet};
+use ds_processor_testkit::harness::MemoryAdapterFactory;
 
 #[derive(Clone, Copy)]
 enum Flaw {

@@ -20,21 +20,22 @@ use serde_json::Value;
 /// Longest slug: it is part of record keys and log lines.
 pub const MAX_SLUG_LEN: usize = 64;
 
-/// A configuration the host refuses to start with.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ConfigError {
-    /// Not TOML, or not the file's shape (the message has the line).
-    #[error("{0}")]
-    Syntax(String),
-    /// A field of the `[host]` table.
-    #[error("[host] field `{field}`: {message}")]
-    Host { field: String, message: String },
-    /// A field of one `[[processor]]` table.
-    #[error("processor #{number} ({slug}): field `{field}`: {message}")]
-    Field { number: usize, slug: String, field: String, message: String },
-    /// The store could not be asked (e.g. whether a target stream exists).
-    #[error("processor #{number} ({slug}): {message}")]
-    Store { number: usize, slug: String, message: String },
+/// Every mistake is a [`ConfigError`] (the workspace's one configuration
+/// error): [`ConfigError::Syntax`] for text that is not TOML or not the
+/// file's shape, [`ConfigError::Field`] for a field of `[host]` or of one
+/// `[[processor]]` (entry `processor #N ("slug")`), and
+/// [`ConfigError::Unchecked`] when the store could not be asked (e.g.
+/// whether a target stream exists).
+pub use ds_config::ConfigError;
+
+/// The entry name of processor `number` in messages.
+fn entry(number: usize, slug: &str) -> String {
+    format!("processor #{number} ({})", display_slug(slug))
+}
+
+/// The `[host]` entry's error about `field`.
+fn host_error(field: &str, reason: String) -> ConfigError {
+    ConfigError::Field { entry: "[host]".into(), field: field.to_owned(), reason }
 }
 
 /// Host-wide settings (`[host]`).
@@ -73,12 +74,12 @@ pub struct ProcessorDef {
 impl ProcessorDef {
     /// An error about `field` of this processor.
     pub fn error(&self, field: &str, message: impl Into<String>) -> ConfigError {
-        ConfigError::Field {
-            number: self.number,
-            slug: display_slug(&self.slug),
-            field: field.to_owned(),
-            message: message.into(),
-        }
+        ConfigError::Field { entry: entry(self.number, &self.slug), field: field.to_owned(), reason: message.into() }
+    }
+
+    /// This processor could not be checked against the store.
+    pub fn unchecked(&self, message: impl Into<String>) -> ConfigError {
+        ConfigError::Unchecked { entry: entry(self.number, &self.slug), reason: message.into() }
     }
 }
 
@@ -120,7 +121,7 @@ impl ProcessorsConfig {
 fn host_settings(mut t: toml::Table) -> Result<HostSettings, ConfigError> {
     let mut host = HostSettings::default();
     if let Some(v) = t.remove("lag_log_interval") {
-        let bad = |message: String| ConfigError::Host { field: "lag_log_interval".into(), message };
+        let bad = |message: String| host_error("lag_log_interval", message);
         let text = v.as_str().ok_or_else(|| bad(format!("expected a duration like \"30s\" or \"off\", found {v}")))?;
         host.lag_log_interval = match text {
             "off" => None,
@@ -132,10 +133,7 @@ fn host_settings(mut t: toml::Table) -> Result<HostSettings, ConfigError> {
         };
     }
     if let Some(key) = t.keys().next() {
-        return Err(ConfigError::Host {
-            field: key.clone(),
-            message: "unknown setting (known: lag_log_interval)".into(),
-        });
+        return Err(host_error(key, "unknown setting (known: lag_log_interval)".into()));
     }
     Ok(host)
 }
@@ -186,12 +184,7 @@ pub struct Options {
 
 impl Options {
     fn error(&self, field: &str, message: impl Into<String>) -> ConfigError {
-        ConfigError::Field {
-            number: self.number,
-            slug: display_slug(&self.slug),
-            field: field.to_owned(),
-            message: message.into(),
-        }
+        ConfigError::Field { entry: entry(self.number, &self.slug), field: field.to_owned(), reason: message.into() }
     }
 
     /// Takes an optional string field.
@@ -318,7 +311,7 @@ mod tests {
         );
         assert_eq!(
             err("[host]\nlag_log_interval = \"30\""),
-            "[host] field `lag_log_interval`: \"30\" is not a duration like 500ms, 20s, 2m or 1h"
+            "[host]: field `lag_log_interval`: \"30\" is not a duration like 500ms, 20s, 2m or 1h"
         );
         assert!(err("[[processor]\n").contains("line 1"), "syntax errors carry the line");
         assert_eq!(err("processors = []"), "unknown top-level key `processors` (expected [host] and [[processor]])");

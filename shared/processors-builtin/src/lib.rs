@@ -1,6 +1,12 @@
 //! Processors that are useful without writing any code, and the
 //! configuration file that turns on processors by kind.
 //!
+//! Where this crate sits in the processor plane, which reads left to right:
+//! runner ([`ds_processor`]) → adapters (`ds-processor-host`) → hosts
+//! (`ds-processor-local` in the server, `ds-processor-aws` in the Lambda
+//! processor function) → built-in kinds and their TOML (`ds-processors-builtin`, **this crate**).
+//! Test support for all of them: `ds-processor-testkit` (tests/processor-testkit).
+//!
 //! - [`ProcessorsConfig`]: the TOML file (`durable-streams serve
 //!   --processors FILE`): a `[host]` table and one `[[processor]]` table per
 //!   processor with its `kind`, `slug`, `streams` pattern and options.

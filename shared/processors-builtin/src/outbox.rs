@@ -210,5 +210,5 @@ async fn check_target(
 }
 
 fn store_error(def: &ProcessorDef, e: &ServiceError) -> ConfigError {
-    ConfigError::Store { number: def.number, slug: format!("{:?}", def.slug), message: e.to_string() }
+    def.unchecked(e.to_string())
 }

@@ -114,7 +114,7 @@ async fn a_custom_kind_is_registered_next_to_the_built_in_ones() {
 
 /// The runner crate's example processor (feature `test-util`).
 mod ds_processor_examples {
-    pub fn counter() -> ds_processor::examples::Counter {
-        ds_processor::examples::Counter::new()
+    pub fn counter() -> ds_processor_testkit::examples::Counter {
+        ds_processor_testkit::examples::Counter::new()
     }
 }

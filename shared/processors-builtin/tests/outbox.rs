@@ -7,9 +7,9 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use ds_core::{CreateRequest, ServiceConfig, StreamService};
-use ds_processor::harness::MemoryProgressStore;
 use ds_processor::{Adapters, Journal, OutgoingEvent, RunnerConfig, StreamIncarnation};
 use ds_processor_host::{adapters, InProcAlarms, StreamJournal};
+use ds_processor_testkit::harness::MemoryProgressStore;
 use ds_processors_builtin::Catalog;
 use serde_json::{json, Value};
 

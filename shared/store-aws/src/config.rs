@@ -1,7 +1,10 @@
 //! Substrate configuration: resource names from the environment (read once
-//! per process) and the tuning knobs, each with the reason for its default.
+//! per process, in the workspace's one dialect, `ds_config`) and the tuning
+//! knobs, each with the reason for its default.
 
 use std::time::Duration;
+
+use ds_config::{ConfigError, Settings};
 
 /// Default table name (also used by `infra/aws-emulator/create-resources`).
 pub const DEFAULT_TABLE: &str = "durable-streams";
@@ -87,15 +90,6 @@ impl Default for RetryConfig {
     }
 }
 
-/// A required setting is missing or malformed.
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    #[error("{0} is not set (required when talking to real AWS)")]
-    Missing(&'static str),
-    #[error("{name} has an invalid value: {value}")]
-    Invalid { name: &'static str, value: String },
-}
-
 impl AwsConfig {
     /// Names for a local emulator, with dummy ARNs (moto stores them, never calls them).
     pub fn for_emulator() -> Self {
@@ -115,39 +109,43 @@ impl AwsConfig {
 
     /// Read `DS_AWS_TABLE`, `DS_AWS_BUCKET`, `DS_AWS_SCHEDULE_GROUP`,
     /// `DS_AWS_ALARM_TARGET_ARN`, `DS_AWS_SCHEDULER_ROLE_ARN` and
-    /// `DS_AWS_INLINE_THRESHOLD`. The two ARNs are required unless
-    /// `AWS_ENDPOINT_URL` points at an emulator.
+    /// `DS_AWS_INLINE_THRESHOLD` (a size: `32768`, `32KiB`). The two ARNs
+    /// are required unless `AWS_ENDPOINT_URL` points at an emulator.
     pub fn from_env() -> Result<Self, ConfigError> {
-        Self::from_lookup(|k| std::env::var(k).ok().filter(|v| !v.is_empty()))
+        Self::from_settings(&Settings::from_env())
     }
 
-    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
-        let emulated = get("AWS_ENDPOINT_URL").is_some();
+    pub fn from_settings<F: Fn(&str) -> Option<String>>(env: &Settings<F>) -> Result<Self, ConfigError> {
+        let emulated = env.raw("AWS_ENDPOINT_URL").is_some();
         let mut cfg = Self::for_emulator();
-        if let Some(v) = get("DS_AWS_TABLE") {
-            cfg.table = v;
+        let names = [
+            ("DS_AWS_TABLE", &mut cfg.table),
+            ("DS_AWS_BUCKET", &mut cfg.bucket),
+            ("DS_AWS_SCHEDULE_GROUP", &mut cfg.schedule_group),
+        ];
+        for (name, value) in names {
+            if let Some(v) = env.raw(name) {
+                *value = v;
+            }
         }
-        if let Some(v) = get("DS_AWS_BUCKET") {
-            cfg.bucket = v;
+        // Real AWS needs the alarm's target and role; the emulator never calls them.
+        for (name, value) in [
+            ("DS_AWS_ALARM_TARGET_ARN", &mut cfg.alarm_target_arn),
+            ("DS_AWS_SCHEDULER_ROLE_ARN", &mut cfg.scheduler_role_arn),
+        ] {
+            match env.raw(name) {
+                Some(v) => *value = v,
+                None if !emulated => return Err(ConfigError::Missing { name: name.to_owned() }),
+                None => {}
+            }
         }
-        if let Some(v) = get("DS_AWS_SCHEDULE_GROUP") {
-            cfg.schedule_group = v;
-        }
-        match get("DS_AWS_ALARM_TARGET_ARN") {
-            Some(v) => cfg.alarm_target_arn = v,
-            None if !emulated => return Err(ConfigError::Missing("DS_AWS_ALARM_TARGET_ARN")),
-            None => {}
-        }
-        match get("DS_AWS_SCHEDULER_ROLE_ARN") {
-            Some(v) => cfg.scheduler_role_arn = v,
-            None if !emulated => return Err(ConfigError::Missing("DS_AWS_SCHEDULER_ROLE_ARN")),
-            None => {}
-        }
-        if let Some(v) = get("DS_AWS_INLINE_THRESHOLD") {
-            let n: usize =
-                v.parse().map_err(|_| ConfigError::Invalid { name: "DS_AWS_INLINE_THRESHOLD", value: v.clone() })?;
+        if let Some(n) = env.size("DS_AWS_INLINE_THRESHOLD")? {
             if n > MAX_INLINE_THRESHOLD {
-                return Err(ConfigError::Invalid { name: "DS_AWS_INLINE_THRESHOLD", value: v });
+                let most = MAX_INLINE_THRESHOLD / 1024;
+                return Err(ConfigError::invalid(
+                    "DS_AWS_INLINE_THRESHOLD",
+                    format!("{n} is above the most, {most}KiB"),
+                ));
             }
             cfg.inline_threshold = n;
         }
@@ -160,21 +158,30 @@ mod tests {
     use super::*;
     use std::collections::HashMap;
 
-    fn lookup(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+    fn lookup(pairs: &[(&str, &str)]) -> Result<AwsConfig, ConfigError> {
         let m: HashMap<String, String> = pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
-        move |k| m.get(k).cloned()
+        AwsConfig::from_settings(&Settings::new(move |k: &str| m.get(k).cloned()))
     }
 
     #[test]
     fn real_aws_requires_the_arns_and_the_emulator_does_not() {
-        assert!(matches!(AwsConfig::from_lookup(lookup(&[])), Err(ConfigError::Missing(_))));
-        let cfg = AwsConfig::from_lookup(lookup(&[("AWS_ENDPOINT_URL", "http://127.0.0.1:1"), ("DS_AWS_TABLE", "t")]));
+        assert_eq!(lookup(&[]).err(), Some(ConfigError::Missing { name: "DS_AWS_ALARM_TARGET_ARN".into() }));
+        let cfg = lookup(&[("AWS_ENDPOINT_URL", "http://127.0.0.1:1"), ("DS_AWS_TABLE", "t")]);
         assert_eq!(cfg.map(|c| c.table).ok().as_deref(), Some("t"));
-        let too_big = MAX_INLINE_THRESHOLD + 1;
-        let cfg = AwsConfig::from_lookup(lookup(&[
-            ("AWS_ENDPOINT_URL", "http://127.0.0.1:1"),
-            ("DS_AWS_INLINE_THRESHOLD", &too_big.to_string()),
-        ]));
-        assert!(cfg.is_err());
+    }
+
+    #[test]
+    fn the_inline_threshold_is_a_size_within_its_cap() {
+        let emulated = ("AWS_ENDPOINT_URL", "http://127.0.0.1:1");
+        let cfg = lookup(&[emulated, ("DS_AWS_INLINE_THRESHOLD", "16KiB")]);
+        assert_eq!(cfg.map(|c| c.inline_threshold).ok(), Some(16 * 1024));
+        let too_big = (MAX_INLINE_THRESHOLD + 1).to_string();
+        let err = lookup(&[emulated, ("DS_AWS_INLINE_THRESHOLD", &too_big)]).err();
+        assert!(
+            matches!(err, Some(ConfigError::Invalid { ref name, .. }) if name == "DS_AWS_INLINE_THRESHOLD"),
+            "{err:?}"
+        );
+        let err = lookup(&[emulated, ("DS_AWS_INLINE_THRESHOLD", "32 KB")]).err();
+        assert!(matches!(err, Some(ConfigError::Value { .. })), "{err:?}");
     }
 }

@@ -30,8 +30,10 @@ pub enum AwsError {
     /// The object or item does not exist (S3 `NoSuchKey`, scheduler `ResourceNotFound`).
     #[error("not found: {0}")]
     NotFound(String),
-    /// S3 `If-None-Match: *` found an existing object.
-    #[error("object already exists")]
+    /// What was to be created exists already (S3 `If-None-Match: *` found
+    /// an object; Scheduler `ConflictException`: a schedule or group of
+    /// that name).
+    #[error("already exists")]
     AlreadyExists,
     #[error("stored data does not match the schema: {0}")]
     Codec(#[from] CodecError),
@@ -101,7 +103,7 @@ where
                 AwsError::Throttled(msg)
             } else if is_not_found_code(code) {
                 AwsError::NotFound(msg)
-            } else if code == "PreconditionFailed" || code == "ConditionalRequestConflict" {
+            } else if matches!(code, "PreconditionFailed" | "ConditionalRequestConflict" | "ConflictException") {
                 AwsError::AlreadyExists
             } else if code == "ConditionalCheckFailedException" {
                 AwsError::ConditionFailed { old: None }

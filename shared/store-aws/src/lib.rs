@@ -6,7 +6,7 @@
 //! | [`StreamStore`](ds_core::StreamStore) | [`store::AwsStore`]: one table (layout in [`schema`]); `commit` = one `TransactWriteItems` ([`txn`]); large bodies and sealed segments in S3 ([`blobs`], [`segments`]) |
 //! | [`StreamMutex`](ds_core::StreamMutex) | [`mutex::AwsMutex`]: in-process semaphore as an optimization; the guarantee is the commit's version condition |
 //! | [`StreamHub`](ds_core::StreamHub) | [`hub::PollHub`]: one adaptive poller of the meta item per stream per process; local commits wake at once |
-//! | [`ExpiryScheduler`](ds_core::ExpiryScheduler) | [`scheduler::EventBridgeScheduler`]: one-shot `at()` schedule per incarnation, re-armed lazily |
+//! | [`ExpiryScheduler`](ds_core::ExpiryScheduler) | [`scheduler::EventBridgeScheduler`]: one-shot `at()` schedule per incarnation ([`schedules`]), re-armed lazily |
 //! | [`ForkPeer`](ds_core::ForkPeer) | [`ds_core::StoreForkPeer`] over the same table (reference counts move inside the fork's commit) |
 //! | [`StreamRegistry`](ds_core::StreamRegistry) | [`registry::AwsRegistry`]: per-process contexts (cached meta, lock, poller), idle-evicted, bounded |
 //!
@@ -28,6 +28,7 @@ pub mod plan;
 pub mod reader;
 pub mod registry;
 pub mod scheduler;
+pub mod schedules;
 pub mod schema;
 pub mod segments;
 pub mod store;
@@ -47,7 +48,8 @@ use ds_core::{StoreForkPeer, StreamStore, Substrate};
 pub const MAX_READ_BYTES: usize = 900 * 1024;
 
 pub use clients::AwsClients;
-pub use config::{AwsConfig, ConfigError};
+pub use config::AwsConfig;
+pub use ds_config::ConfigError;
 #[cfg(feature = "fault-injection")]
 pub use faults::{Fault, FaultPoint};
 pub use scheduler::{schedule_name, AlarmInput};

@@ -58,16 +58,26 @@ fn build_err(e: aws_sdk_dynamodb::error::BuildError) -> StoreError {
     StoreError::Backend(format!("building a transaction item: {e}"))
 }
 
-fn put(b: &Backend, item: Item, (expr, names, vals): Cond) -> Result<TransactWriteItem, StoreError> {
-    let put = Put::builder()
-        .table_name(&b.cfg.table)
-        .set_item(Some(item))
-        .condition_expression(expr)
-        .set_expression_attribute_names(Some(names))
-        .set_expression_attribute_values(vals)
-        .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-        .build()
-        .map_err(build_err)?;
+/// The part every transaction item shares, on any of the SDK's three item
+/// builders (which share no trait): the table, the condition `Cond`, and
+/// the old image returned when it fails (it becomes the conflict's
+/// evidence, see `error::classify_commit`).
+macro_rules! conditional {
+    ($builder:expr, $table:expr, $cond:expr) => {{
+        let (expr, names, vals): Cond = $cond;
+        $builder
+            .table_name($table)
+            .condition_expression(expr)
+            .set_expression_attribute_names(Some(names))
+            .set_expression_attribute_values(vals)
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .build()
+            .map_err(build_err)
+    }};
+}
+
+fn put(b: &Backend, item: Item, cond: Cond) -> Result<TransactWriteItem, StoreError> {
+    let put = conditional!(Put::builder().set_item(Some(item)), &b.cfg.table, cond)?;
     Ok(TransactWriteItem::builder().put(put).build())
 }
 
@@ -80,32 +90,16 @@ pub(crate) fn build_items(
     let mut items = Vec::with_capacity(writes.row_count());
     let mut roles = Vec::with_capacity(writes.row_count());
     for mw in &writes.metas {
-        let (expr, nm, vals) = meta_condition(&mw.cond);
-        let key = codec::key_of(&ItemKey::Meta { path: mw.path.to_string() });
+        let cond = meta_condition(&mw.cond);
+        let key = || Some(codec::key_of(&ItemKey::Meta { path: mw.path.to_string() }));
         let item = match &mw.effect {
-            MetaEffect::Put(meta) => put(b, codec::meta_to_item(meta, cid), (expr, nm, vals))?,
+            MetaEffect::Put(meta) => put(b, codec::meta_to_item(meta, cid), cond)?,
             MetaEffect::Delete => {
-                let del = Delete::builder()
-                    .table_name(&b.cfg.table)
-                    .set_key(Some(key))
-                    .condition_expression(expr)
-                    .set_expression_attribute_names(Some(nm))
-                    .set_expression_attribute_values(vals)
-                    .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-                    .build()
-                    .map_err(build_err)?;
+                let del = conditional!(Delete::builder().set_key(key()), &b.cfg.table, cond)?;
                 TransactWriteItem::builder().delete(del).build()
             }
             MetaEffect::CheckOnly => {
-                let check = ConditionCheck::builder()
-                    .table_name(&b.cfg.table)
-                    .set_key(Some(key))
-                    .condition_expression(expr)
-                    .set_expression_attribute_names(Some(nm))
-                    .set_expression_attribute_values(vals)
-                    .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-                    .build()
-                    .map_err(build_err)?;
+                let check = conditional!(ConditionCheck::builder().set_key(key()), &b.cfg.table, cond)?;
                 TransactWriteItem::builder().condition_check(check).build()
             }
         };

@@ -19,14 +19,12 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use aws_sdk_scheduler::types::{ActionAfterCompletion, FlexibleTimeWindow, FlexibleTimeWindowMode, Target};
 use ds_core::{ExpiryScheduler, StoreError};
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 use tracing::debug;
 
 use crate::backend::Backend;
-use crate::error::{classify, AwsError};
+use crate::schedules::{self, OneShot, OVERDUE_DELAY_MS};
 
 /// The schedule's `Input`: what the alarm Lambda receives as its event.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -40,22 +38,7 @@ pub struct AlarmInput {
 /// Deterministic schedule name for `(path, incarnation)`: `ds-` + 56 hex
 /// digits of SHA-256 (names allow 64 characters of `[0-9a-zA-Z-_.]`).
 pub fn schedule_name(path: &str, incarnation: &str) -> String {
-    let mut h = Sha256::new();
-    h.update(path.as_bytes());
-    h.update([0u8]);
-    h.update(incarnation.as_bytes());
-    format!("ds-{}", &hex::encode(h.finalize())[..56])
-}
-
-/// `at(yyyy-mm-ddThh:mm:ss)` in UTC, rounded up to the next whole second
-/// (an alarm must never fire before the deadline it stands for).
-pub fn at_expression(at_ms: i64) -> Result<String, StoreError> {
-    let secs = at_ms.div_euclid(1000) + i64::from(at_ms.rem_euclid(1000) != 0);
-    let t = time::OffsetDateTime::from_unix_timestamp(secs)
-        .map_err(|e| StoreError::Backend(format!("alarm time {at_ms} out of range: {e}")))?;
-    let fmt = time::macros::format_description!("[year]-[month]-[day]T[hour]:[minute]:[second]");
-    let s = t.format(&fmt).map_err(|e| StoreError::Backend(format!("formatting alarm time: {e}")))?;
-    Ok(format!("at({s})"))
+    schedules::name("ds-", path, incarnation)
 }
 
 pub struct EventBridgeScheduler {
@@ -79,53 +62,18 @@ impl EventBridgeScheduler {
     async fn upsert(&self, path: &str, incarnation: &str, at_ms: i64) -> Result<i64, StoreError> {
         let b = &self.b;
         let name = schedule_name(path, incarnation);
-        // Scheduler refuses times in the past; an overdue alarm fires asap.
-        let at_ms = at_ms.max(now_ms() + 1_000);
-        let input =
-            serde_json::to_string(&AlarmInput { path: path.to_owned(), incarnation: incarnation.to_owned(), at_ms })
-                .map_err(|e| StoreError::Backend(e.to_string()))?;
-        let target = Target::builder()
-            .arn(&b.cfg.alarm_target_arn)
-            .role_arn(&b.cfg.scheduler_role_arn)
-            .input(input)
-            .build()
-            .map_err(|e| StoreError::Backend(e.to_string()))?;
-        let window = FlexibleTimeWindow::builder()
-            .mode(FlexibleTimeWindowMode::Off)
-            .build()
-            .map_err(|e| StoreError::Backend(e.to_string()))?;
-        let expr = at_expression(at_ms)?;
-        let created = b
-            .scheduler
-            .create_schedule()
-            .name(&name)
-            .group_name(&b.cfg.schedule_group)
-            .schedule_expression(&expr)
-            .schedule_expression_timezone("UTC")
-            .flexible_time_window(window.clone())
-            .target(target.clone())
-            .action_after_completion(ActionAfterCompletion::Delete)
-            .send()
-            .await;
-        match created {
-            Ok(_) => Ok(at_ms),
-            Err(e) if e.as_service_error().is_some_and(|s| s.is_conflict_exception()) => {
-                b.scheduler
-                    .update_schedule()
-                    .name(&name)
-                    .group_name(&b.cfg.schedule_group)
-                    .schedule_expression(&expr)
-                    .schedule_expression_timezone("UTC")
-                    .flexible_time_window(window)
-                    .target(target)
-                    .action_after_completion(ActionAfterCompletion::Delete)
-                    .send()
-                    .await
-                    .map_err(classify)?;
-                Ok(at_ms)
-            }
-            Err(e) => Err(classify(e).into()),
-        }
+        let at_ms = at_ms.max(now_ms() + OVERDUE_DELAY_MS);
+        let alarm = AlarmInput { path: path.to_owned(), incarnation: incarnation.to_owned(), at_ms };
+        let schedule = OneShot {
+            group: &b.cfg.schedule_group,
+            name: &name,
+            target_arn: &b.cfg.alarm_target_arn,
+            role_arn: &b.cfg.scheduler_role_arn,
+            // Three plain fields: encoding cannot fail.
+            input: serde_json::to_string(&alarm).unwrap_or_default(),
+        };
+        schedules::upsert(&b.scheduler, schedule, at_ms).await?;
+        Ok(at_ms)
     }
 }
 
@@ -161,14 +109,7 @@ impl ExpiryScheduler for EventBridgeScheduler {
                 ctx.set_armed_alarm(None);
             }
         }
-        let name = schedule_name(path, incarnation);
-        match b.scheduler.delete_schedule().name(&name).group_name(&b.cfg.schedule_group).send().await {
-            Ok(_) => Ok(()),
-            Err(e) => match classify(e) {
-                AwsError::NotFound(_) => Ok(()),
-                other => Err(other.into()),
-            },
-        }
+        Ok(schedules::delete(&b.scheduler, &b.cfg.schedule_group, &schedule_name(path, incarnation)).await?)
     }
 }
 
@@ -196,12 +137,5 @@ mod tests {
         // The alarm that just fired (a warm alarm Lambda's cache) covers nothing.
         assert!(!pending_alarm_covers("i1", now - 1, "i1", now + 60_000, now));
         assert!(!pending_alarm_covers("i1", now + FIRED_MARGIN_MS, "i1", now + 60_000, now), "due within the margin");
-    }
-
-    #[test]
-    fn at_expressions_round_up_to_whole_seconds() {
-        assert_eq!(at_expression(0).ok().as_deref(), Some("at(1970-01-01T00:00:00)"));
-        assert_eq!(at_expression(1).ok().as_deref(), Some("at(1970-01-01T00:00:01)"));
-        assert_eq!(at_expression(1_796_036_948_000).ok().as_deref(), Some("at(2026-11-30T11:09:08)"));
     }
 }

@@ -118,9 +118,8 @@ pub async fn ensure_schedule_group(scheduler: &aws_sdk_scheduler::Client, name: 
         return;
     }
     let group = scheduler.create_schedule_group().name(name).send().await;
-    if let Err(e) = group {
-        let ok = e.as_service_error().is_some_and(|s| s.is_conflict_exception());
-        assert!(ok, "creating schedule group {name}: {e:?}");
+    if let Err(e) = group.map_err(crate::error::classify) {
+        assert!(matches!(e, crate::error::AwsError::AlreadyExists), "creating schedule group {name}: {e:?}");
     }
 }
 

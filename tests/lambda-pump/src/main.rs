@@ -3,7 +3,7 @@
 //! emulator (moto runs no mappings and fires no schedules) while the
 //! function itself runs as a real binary behind a Lambda runtime emulator
 //! (`cargo lambda watch`), invoked over its Invoke API. The pumps are
-//! `ds_processor_aws::test_util`'s (the table's stream filtered by
+//! this crate's library's (the table's stream filtered by
 //! template.yaml's `FilterCriteria`, `ReportBatchItemFailures` semantics;
 //! the task queue, whose delayed messages carry subscriptions' times; due
 //! revival schedules). Runs until killed.
@@ -18,7 +18,7 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context};
-use ds_processor_aws::test_util::{Invoke, SchedulePump, SqsPump, StreamPump};
+use ds_lambda_pump::{Invoke, SchedulePump, SqsPump, StreamPump};
 use serde_json::Value;
 
 /// The function behind a runtime emulator's Invoke API.

@@ -283,7 +283,7 @@ pub async fn append(service: &StreamService, path: &str, message: &str) {
 }
 
 /// The sort keys of every item of `path`'s partition.
-pub async fn partition_keys(env: &ds_processor_aws::test_util::ProcessorEnv, path: &str) -> Vec<String> {
+pub async fn partition_keys(env: &ds_lambda_pump::ProcessorEnv, path: &str) -> Vec<String> {
     use aws_sdk_dynamodb::types::AttributeValue;
     let out = env
         .clients()
@@ -299,7 +299,7 @@ pub async fn partition_keys(env: &ds_processor_aws::test_util::ProcessorEnv, pat
 }
 
 /// Keys of the objects under `prefix` in the test's bucket.
-pub async fn objects(env: &ds_processor_aws::test_util::ProcessorEnv, prefix: &str) -> Vec<String> {
+pub async fn objects(env: &ds_lambda_pump::ProcessorEnv, prefix: &str) -> Vec<String> {
     let out = env.clients().s3.list_objects_v2().bucket(&env.cfg.bucket).prefix(prefix).send().await.expect("list");
     out.contents().iter().filter_map(|o| o.key().map(str::to_owned)).collect()
 }

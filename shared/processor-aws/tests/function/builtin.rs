@@ -3,7 +3,7 @@
 //! table's stream records: the outbox appends exactly once, the counter's
 //! state lands in its progress record, and a repeated batch changes nothing.
 
-use ds_processor_aws::test_util::{ProcessorEnv, StreamPump};
+use ds_lambda_pump::{ProcessorEnv, StreamPump};
 use ds_processor_aws::{Deployment, TaskHandlers};
 use ds_processors_builtin::Catalog;
 use serde_json::json;

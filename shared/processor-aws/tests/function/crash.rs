@@ -6,7 +6,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use ds_processor_aws::test_util::{ProcessorEnv, SchedulePump, SqsPump, StreamPump, TEST_VISIBILITY_SECS};
+use ds_lambda_pump::{ProcessorEnv, SchedulePump, SqsPump, StreamPump, TEST_VISIBILITY_SECS};
 use ds_processor_aws::ProcessorFunction;
 use serde_json::{json, Value};
 
@@ -148,7 +148,7 @@ async fn a_task_that_keeps_failing_is_dead_lettered() {
     let tasks = SqsPump::new(env.sqs.clone(), &env.task_queue_url);
     let delivered = tasks.deliver_all(&function, deadline(), 10).await;
     assert_eq!(delivered.failed, delivered.delivered, "every delivery failed: no handler");
-    assert_eq!(delivered.delivered as u32, ds_processor_aws::test_util::TEST_MAX_RECEIVES);
+    assert_eq!(delivered.delivered as u32, ds_lambda_pump::TEST_MAX_RECEIVES);
     let dead = env.peek(&env.task_dead_letter_url).await;
     assert_eq!(dead.len(), 1, "kept in the dead-letter queue");
     assert_eq!(serde_json::from_str::<ds_processor_aws::Task>(&dead[0]).expect("a task"), task);

@@ -5,8 +5,8 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use axum::body::Body;
+use ds_lambda_pump::{ProcessorEnv, SqsPump, StreamPump};
 use ds_processor_aws::function::ParkedRecord;
-use ds_processor_aws::test_util::{ProcessorEnv, SqsPump, StreamPump};
 use ds_store_aws::schema;
 use serde_json::json;
 use tower::ServiceExt;

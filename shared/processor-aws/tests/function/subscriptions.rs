@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use ds_core::StreamService;
-use ds_processor_aws::test_util::{ProcessorEnv, SqsPump, StreamPump};
+use ds_lambda_pump::{ProcessorEnv, SqsPump, StreamPump};
 use ds_processor_aws::{Deployment, ProcessorFunction};
 use ds_subscriptions::{FeedWakes, KeyRing, RecordKeyStore, Subscriptions, SubscriptionsConfig, UrlPolicy};
 use serde_json::{json, Value};

@@ -4,7 +4,7 @@
 
 use bytes::Bytes;
 use ds_core::{CreateRequest, ForkRequest, ServiceError};
-use ds_processor_aws::test_util::{ProcessorEnv, StreamPump};
+use ds_lambda_pump::{ProcessorEnv, StreamPump};
 use ds_processor_aws::upkeep::UpkeepPolicy;
 use ds_processor_aws::HostConfig;
 use ds_protocol::headers::Lifetime;

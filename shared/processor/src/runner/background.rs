@@ -19,8 +19,9 @@ use tracing::Instrument;
 
 use crate::effects::EffectFuture;
 use crate::incarnation::StreamIncarnation;
-use crate::ports::{Clock, Recovery, RecoveryError};
+use crate::ports::{Recovery, RecoveryError};
 use crate::sync_util::lock;
+use ds_clock::Clock;
 
 #[derive(Debug, Default)]
 struct Owed {
@@ -34,7 +35,7 @@ pub(crate) struct BackgroundWork {
     slug: String,
     incarnation: StreamIncarnation,
     recovery: Option<Arc<dyn Recovery>>,
-    clock: Arc<dyn Clock>,
+    clock: Clock,
     revival_delay_ms: u64,
     /// Async lock: arming/disarming and the count change together, so a
     /// disarm for finished work cannot overtake the arm for new work.
@@ -48,7 +49,7 @@ impl BackgroundWork {
         slug: String,
         incarnation: StreamIncarnation,
         recovery: Option<Arc<dyn Recovery>>,
-        clock: Arc<dyn Clock>,
+        clock: Clock,
         revival_delay_ms: u64,
     ) -> Self {
         Self {
@@ -70,7 +71,7 @@ impl BackgroundWork {
         if owed.pending == 0 {
             match &self.recovery {
                 Some(recovery) => {
-                    let at = self.clock.now_ms().saturating_add(self.revival_delay_ms);
+                    let at = crate::time::epoch_ms(&self.clock).saturating_add(self.revival_delay_ms);
                     recovery.arm(&self.slug, &self.incarnation, at).await?;
                 }
                 None => tracing::warn!(

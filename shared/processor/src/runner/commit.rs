@@ -13,7 +13,7 @@ impl<P: Processor> Inner<P> {
     /// Checkpoints if something settled since the ack and the cadence says so.
     pub(crate) async fn checkpoint_if_due(&self, w: &mut Working<P::State>, moment: Moment) -> Result<(), Halt> {
         if w.completed > w.acknowledged
-            && (w.retry_commit || self.config.cadence.is_due(moment, &w.cadence, self.clock.now_ms()))
+            && (w.retry_commit || self.config.cadence.is_due(moment, &w.cadence, crate::time::epoch_ms(&self.clock)))
         {
             self.commit(w, None).await
         } else {
@@ -42,7 +42,7 @@ impl<P: Processor> Inner<P> {
             Ok(()) => {
                 w.acknowledged = w.completed;
                 w.retry_commit = false;
-                w.cadence.committed(self.clock.now_ms());
+                w.cadence.committed(crate::time::epoch_ms(&self.clock));
                 self.view.publish_durable(w);
                 Ok(())
             }

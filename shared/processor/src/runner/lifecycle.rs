@@ -7,7 +7,7 @@ use tokio_util::sync::CancellationToken;
 use super::background::BackgroundWork;
 use super::gate::PreemptGate;
 use super::view::{DrainReport, Revival, View};
-use super::working::load;
+use super::working::{load, Working};
 use super::{Adapters, Halt, Inner, RunnerConfig};
 use crate::cadence::Moment;
 use crate::error::{RunnerError, WaitError};
@@ -22,12 +22,14 @@ pub(super) async fn open<P: Processor>(
     contract.check_events::<P::Event>()?;
     tracing::info!(slug = %contract.slug, "opening processor runner");
     let incarnation = adapters.journal.incarnation().await?;
-    let w = load(&processor, &contract, adapters.progress.as_ref(), &incarnation, adapters.clock.now_ms()).await?;
+    let w =
+        load(&processor, &contract, adapters.progress.as_ref(), &incarnation, crate::time::epoch_ms(&adapters.clock))
+            .await?;
     let background = Arc::new(BackgroundWork::new(
         contract.slug.clone(),
         incarnation.clone(),
         adapters.recovery.clone(),
-        Arc::clone(&adapters.clock),
+        adapters.clock.clone(),
         config.revival_delay_ms,
     ));
     let inner = Arc::new(Inner {
@@ -52,11 +54,26 @@ pub(super) async fn open<P: Processor>(
 }
 
 impl<P: Processor> Inner<P> {
+    /// Reads the durable record of the runner's incarnation into a working
+    /// state. Does not refold; see `ensure_reduction_current`.
+    pub(crate) async fn load(&self) -> Result<Working<P::State>, RunnerError> {
+        load(
+            &self.processor,
+            &self.contract,
+            self.store.as_ref(),
+            &self.incarnation,
+            crate::time::epoch_ms(&self.clock),
+        )
+        .await
+    }
+}
+
+impl<P: Processor> Inner<P> {
     pub(crate) async fn wait_until_event(&self, position: u64, timeout_ms: u64) -> Result<(), WaitError> {
         let mut signals = self.view.subscribe();
         let failures_at_start = signals.borrow().journal_failures;
-        let deadline = self.clock.now_ms().saturating_add(timeout_ms);
-        let mut timeout = self.clock.sleep_until(deadline);
+        let deadline = crate::time::epoch_ms(&self.clock).saturating_add(timeout_ms);
+        let mut timeout = crate::time::sleep_until(&self.clock, deadline);
         loop {
             {
                 let s = signals.borrow_and_update();
@@ -86,14 +103,14 @@ impl<P: Processor> Inner<P> {
         let locked = tokio::select! {
             biased;
             w = self.work.lock() => Some(w),
-            _ = self.clock.sleep_until(deadline_ms) => None,
+            _ = crate::time::sleep_until(&self.clock, deadline_ms) => None,
         };
         let (acknowledged_through, flushed, timed_out, unfinished) = match locked {
             Some(mut w) => {
                 let before = w.acknowledged;
                 // Settled work only: the cancelled event never completed, so
                 // the checkpoint cannot pass it.
-                let flushed = self.clock.now_ms() < deadline_ms
+                let flushed = crate::time::epoch_ms(&self.clock) < deadline_ms
                     && self.checkpoint_if_due(&mut w, Moment::Drain).await.is_ok()
                     && w.acknowledged > before;
                 let unfinished = w.acknowledged < self.view.highest_observed().max(w.completed);
@@ -120,7 +137,7 @@ impl<P: Processor> Inner<P> {
             tracing::warn!(slug = %self.contract.slug, "drained with unfinished work and no recovery adapter");
             return Revival::Uncovered { reason: "no recovery adapter to arm a revival alarm".into() };
         }
-        let at_ms = self.clock.now_ms().saturating_add(self.config.revival_delay_ms);
+        let at_ms = crate::time::epoch_ms(&self.clock).saturating_add(self.config.revival_delay_ms);
         // Biased towards the arm: a deadline already past still lets an
         // immediately ready arm through, never a slow one.
         tokio::select! {
@@ -132,7 +149,7 @@ impl<P: Processor> Inner<P> {
                     Revival::Uncovered { reason: format!("arming the revival alarm failed: {error}") }
                 }
             },
-            _ = self.clock.sleep_until(deadline_ms) => Revival::Uncovered {
+            _ = crate::time::sleep_until(&self.clock, deadline_ms) => Revival::Uncovered {
                 reason: "the drain deadline passed before the revival alarm was armed".into(),
             },
         }

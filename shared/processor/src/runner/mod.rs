@@ -23,13 +23,13 @@ pub use view::{DrainReport, DriveReport, Revival, RuntimeState, Snapshot};
 
 use crate::backoff::Backoff;
 use crate::cadence::CheckpointCadence;
-use crate::clock::TokioClock;
 use crate::contract::Contract;
 use crate::error::{RunnerError, WaitError};
 use crate::fence::FenceRejection;
 use crate::incarnation::StreamIncarnation;
-use crate::ports::{Clock, Journal, JournalError, ProgressStore, Recovery};
+use crate::ports::{Journal, JournalError, ProgressStore, Recovery};
 use crate::processor::Processor;
+use ds_clock::Clock;
 
 use background::BackgroundWork;
 use gate::PreemptGate;
@@ -74,14 +74,14 @@ pub struct Adapters {
     /// Owns background work's outcome and revives work a drain left
     /// unfinished. Without it, both wait for the next append.
     pub recovery: Option<Arc<dyn Recovery>>,
-    pub clock: Arc<dyn Clock>,
+    pub clock: Clock,
 }
 
 impl Adapters {
     /// Adapters over `journal`, `progress` and `recovery`, on the wall clock
-    /// ([`TokioClock`]).
+    /// as tokio advances it ([`Clock::tokio`]: paused test time moves it).
     pub fn new(journal: Arc<dyn Journal>, progress: Arc<dyn ProgressStore>, recovery: Arc<dyn Recovery>) -> Self {
-        Self { journal, progress, recovery: Some(recovery), clock: Arc::new(TokioClock::new()) }
+        Self { journal, progress, recovery: Some(recovery), clock: Clock::tokio() }
     }
 
     /// Adapters without recovery, for a processor with no background work
@@ -89,11 +89,11 @@ impl Adapters {
     /// outcome, and a drain reports unfinished work as
     /// [`Revival::Uncovered`].
     pub fn without_recovery(journal: Arc<dyn Journal>, progress: Arc<dyn ProgressStore>) -> Self {
-        Self { journal, progress, recovery: None, clock: Arc::new(TokioClock::new()) }
+        Self { journal, progress, recovery: None, clock: Clock::tokio() }
     }
 
     /// Another clock (a manual one in tests).
-    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+    pub fn with_clock(mut self, clock: Clock) -> Self {
         self.clock = clock;
         self
     }
@@ -143,7 +143,7 @@ pub(crate) struct Inner<P: Processor> {
     pub(crate) config: RunnerConfig,
     pub(crate) journal: Arc<dyn Journal>,
     pub(crate) store: Arc<dyn ProgressStore>,
-    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) clock: Clock,
     pub(crate) background: Arc<BackgroundWork>,
     pub(crate) work: tokio::sync::Mutex<Working<P::State>>,
     pub(crate) view: View<P::State>,

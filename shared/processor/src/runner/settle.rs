@@ -51,12 +51,12 @@ impl<P: Processor> Inner<P> {
             let message = format!("{what} at position {position}: {error}");
             tracing::warn!(slug = %self.contract.slug, position, attempt, %message, "retrying");
             self.view.note_retry(attempt, message);
-            let wake = self.clock.now_ms().saturating_add(self.config.backoff.delay_ms(attempt));
+            let wake = crate::time::epoch_ms(&self.clock).saturating_add(self.config.backoff.delay_ms(attempt));
             tokio::select! {
                 biased;
                 _ = self.shutdown.cancelled() => return Err(Halt::Drained),
                 _ = preempt.cancelled() => return Err(Halt::Preempted),
-                _ = self.clock.sleep_until(wake) => {}
+                _ = crate::time::sleep_until(&self.clock, wake) => {}
             }
         }
     }

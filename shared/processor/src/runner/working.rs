@@ -8,8 +8,6 @@ use crate::processor::Processor;
 use crate::progress::{PendingAudit, Processing, Progress, Reduction, StoredProgress};
 use crate::RunnerError;
 
-use super::Inner;
-
 /// Owned by whoever holds the work lock.
 ///
 /// Invariants: `reduced <= completed` and `acknowledged <= completed`;
@@ -68,14 +66,6 @@ impl<S: Clone> Working<S> {
         self.state = initial;
         self.reduced = 0;
         self.reducer_version = reducer_version.to_owned();
-    }
-}
-
-impl<P: Processor> Inner<P> {
-    /// Reads the durable record of the runner's incarnation into a working
-    /// state. Does not refold; see `ensure_reduction_current`.
-    pub(crate) async fn load(&self) -> Result<Working<P::State>, RunnerError> {
-        load(&self.processor, &self.contract, self.store.as_ref(), &self.incarnation, self.clock.now_ms()).await
     }
 }
 

@@ -4,8 +4,8 @@
 
 use std::collections::HashMap;
 
-use ds_processor::harness::{Mark, World};
 use ds_processor::{CheckpointCadence, EventBatch, ProgressError, RunnerError};
+use ds_processor_testkit::harness::{Mark, World};
 use proptest::prelude::*;
 
 use crate::support::*;

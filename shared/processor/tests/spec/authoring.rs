@@ -3,10 +3,10 @@
 //! event enum cannot decode is refused when the runner is built, instead of
 //! drifting into one diagnostic per event.
 
-use ds_processor::harness::World;
 use ds_processor::{
     Contract, ContractError, Envelope, InlineRunner, Processor, RunnerConfig, RunnerError, StreamIncarnation,
 };
+use ds_processor_testkit::harness::World;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 

@@ -1,7 +1,7 @@
 //! [1] batch-division invariance, [2] doorbell invariance.
 
-use ds_processor::harness::{settle_background, World};
 use ds_processor::{CheckpointCadence, EventBatch, JournalEntry};
+use ds_processor_testkit::harness::{settle_background, World};
 use proptest::prelude::*;
 
 use crate::support::*;

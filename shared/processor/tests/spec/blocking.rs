@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use ds_processor::harness::{settle_background, World};
 use ds_processor::{CheckpointCadence, EventBatch, Phase};
+use ds_processor_testkit::harness::{settle_background, World};
 use proptest::prelude::*;
 
 use crate::support::*;
@@ -73,7 +73,7 @@ async fn background_work_overtakes_and_the_ack_passes_its_event() {
 #[tokio::test]
 async fn blocking_failure_retries_forever_lag_grows_and_only_skip_through_passes() {
     let world = World::with_manual_clock(1_000);
-    let clock = world.manual_clock.clone().unwrap();
+    let clock = world.clock.clone();
     world.sink.fail_when(|_, body, _| body["label"] == "tick:2:0");
     write(&world.journal, &[tick(1, 1), tick(2, 1)]);
     let (runner, calls_log) = open(&world, ProbeOptions::default(), CheckpointCadence::EveryEvent).await;

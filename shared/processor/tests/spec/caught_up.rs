@@ -1,7 +1,7 @@
 //! [10] where `caught_up` lands, and the eventless call.
 
-use ds_processor::harness::World;
 use ds_processor::{CheckpointCadence, EventBatch, JournalEntry, Phase};
+use ds_processor_testkit::harness::World;
 use proptest::prelude::*;
 
 use crate::support::*;

@@ -1,7 +1,7 @@
 //! [9] operator controls: reprocess_from (CAS), skip_through, re_reduce.
 
-use ds_processor::harness::World;
 use ds_processor::{CheckpointCadence, RunnerError};
+use ds_processor_testkit::harness::World;
 
 use crate::support::*;
 

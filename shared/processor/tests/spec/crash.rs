@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use ds_processor::harness::{run_until_crash, settle_background, Boundary, CrashSwitch, World};
 use ds_processor::CheckpointCadence;
+use ds_processor_testkit::harness::{run_until_crash, settle_background, Boundary, CrashSwitch, World};
 use proptest::prelude::*;
 
 use crate::support::*;

@@ -3,9 +3,9 @@
 
 use std::sync::Arc;
 
-use ds_processor::examples::{Counter, CounterState, Outbox, Reconciler};
-use ds_processor::harness::World;
 use ds_processor::{event_key, stable_key, RunnerConfig, StreamIncarnation};
+use ds_processor_testkit::examples::{Counter, CounterState, Outbox, Reconciler};
+use ds_processor_testkit::harness::World;
 use serde_json::json;
 
 #[tokio::test(start_paused = true)]
@@ -48,7 +48,7 @@ async fn reconciler_acts_only_when_caught_up() {
     for replicas in [1, 5, 2, 7] {
         world.journal.append_event("scale/set", json!({ "replicas": replicas }));
     }
-    let sink: Arc<dyn ds_processor::harness::EffectSink> = world.sink.clone();
+    let sink: Arc<dyn ds_processor_testkit::harness::EffectSink> = world.sink.clone();
     let runner = world.open(Reconciler::new(sink), RunnerConfig::default()).await.unwrap();
     runner.catch_up().await.unwrap();
     assert_eq!(world.sink.labels(), ["replicas=7"], "only the final desired state is pushed");

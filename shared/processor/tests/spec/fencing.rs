@@ -1,10 +1,10 @@
 //! [8] fencing of progress commits.
 
-use ds_processor::harness::World;
 use ds_processor::{
     check_fence, CheckpointCadence, Expectation, Fence, FenceRejection, JournalError, Processing, Progress,
     ProgressError, ProgressStore, Reduction, RunnerError, StoredProgress, StreamIncarnation,
 };
+use ds_processor_testkit::harness::World;
 use serde_json::json;
 
 use crate::support::*;

@@ -5,8 +5,8 @@
 
 use std::time::Duration;
 
-use ds_processor::harness::{run_until_crash, Boundary, World};
 use ds_processor::{CheckpointCadence, FenceRejection, ProgressError, Revival, RunnerError};
+use ds_processor_testkit::harness::{run_until_crash, Boundary, World};
 
 use crate::support::*;
 

@@ -1,7 +1,7 @@
 //! [13] idempotency keys.
 
-use ds_processor::harness::{run_until_crash, Boundary, World};
 use ds_processor::{event_key, stable_key, CheckpointCadence, StreamIncarnation};
+use ds_processor_testkit::harness::{run_until_crash, Boundary, World};
 use proptest::prelude::*;
 
 use crate::support::*;

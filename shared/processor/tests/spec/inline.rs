@@ -1,7 +1,7 @@
 //! [16] inline admit: validate + reduce at the commit point.
 
-use ds_processor::harness::World;
 use ds_processor::{AdmitError, InlineRunner, JournalEntry, OutgoingEvent, Reduction, StreamIncarnation};
+use ds_processor_testkit::harness::World;
 use proptest::prelude::*;
 use serde_json::json;
 

@@ -1,7 +1,7 @@
 //! [15] two runners racing on the same (stream, slug).
 
-use ds_processor::harness::World;
 use ds_processor::CheckpointCadence;
+use ds_processor_testkit::harness::World;
 use proptest::prelude::*;
 
 use crate::support::*;

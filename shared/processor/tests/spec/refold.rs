@@ -1,7 +1,7 @@
 //! [7] refold runs reduce only.
 
-use ds_processor::harness::World;
 use ds_processor::{CheckpointCadence, RunnerConfig};
+use ds_processor_testkit::harness::World;
 use proptest::prelude::*;
 
 use crate::support::*;
@@ -54,7 +54,7 @@ proptest! {
 
 #[tokio::test(start_paused = true)]
 async fn crash_mid_refold_resumes_from_the_last_page() {
-    use ds_processor::harness::{run_until_crash, Boundary};
+    use ds_processor_testkit::harness::{run_until_crash, Boundary};
     let world = World::new();
     let specs: Vec<Spec> = (1..=9).map(|n| tick(n, 0)).collect();
     let positions = write(&world.journal, &specs);

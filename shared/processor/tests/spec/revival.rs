@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-use ds_processor::harness::{settle_background, World};
 use ds_processor::{event_key, CheckpointCadence, Recovery, StreamIncarnation};
+use ds_processor_testkit::harness::{settle_background, World};
 
 use crate::support::*;
 

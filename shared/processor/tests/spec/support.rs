@@ -2,11 +2,11 @@
 
 use std::sync::{Arc, Mutex};
 
-use ds_processor::harness::{EffectSink, MemoryJournal, MemorySink, Timeline, World};
 use ds_processor::{
     event_key, CheckpointCadence, Contract, Effects, Envelope, Phase, ProcessCall, Processor, Rejection, Runner,
     RunnerConfig,
 };
+use ds_processor_testkit::harness::{EffectSink, MemoryJournal, MemorySink, Timeline, World};
 use proptest::prelude::*;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};

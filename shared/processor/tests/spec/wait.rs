@@ -1,7 +1,7 @@
 //! [14] wait_until_event and the persisted cursor invariant.
 
-use ds_processor::harness::World;
 use ds_processor::{CheckpointCadence, RunnerConfig, WaitError};
+use ds_processor_testkit::harness::World;
 use proptest::prelude::*;
 
 use crate::support::*;
@@ -43,7 +43,7 @@ async fn wait_until_event_resolves_exactly_when_the_ack_reaches_the_position() {
 #[tokio::test]
 async fn wait_until_event_rejects_on_timeout() {
     let world = World::with_manual_clock(0);
-    let clock = world.manual_clock.clone().unwrap();
+    let clock = world.clock.clone();
     let (runner, _) = open(&world, ProbeOptions::default(), CheckpointCadence::EveryEvent).await;
     let waiter = tokio::spawn({
         let runner = runner.clone();

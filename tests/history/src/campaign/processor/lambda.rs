@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use ds_processor_aws::test_util::{Invoke, ProcessorEnv};
+use ds_lambda_pump::{Invoke, ProcessorEnv};
 use ds_processor_aws::{Deployment, ProcessorFunction, TaskHandlers};
 use ds_processors_builtin::Catalog;
 use rand::rngs::StdRng;

@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use ds_e2e::{client, Server, ServerOpts, Store};
-use ds_processor_aws::test_util::{ProcessorEnv, SchedulePump, StreamPump};
+use ds_lambda_pump::{ProcessorEnv, SchedulePump, StreamPump};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
