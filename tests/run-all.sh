@@ -94,8 +94,12 @@ RESULT[secure]="$(echo "$out" | tail -n 1)"
 kill "${PIDS[-1]}" 2>/dev/null || true
 
 step "history campaigns, short: local kill -9, full disk, AWS faults, network faults, processor plane (tests/history)"
-RESULT[history]="$(target/debug/ds-history --kill9-ops 3000 --disk-ops 2000 --aws-ops 1000 --network-ops 1000 --events 600 \
-  --kill-rate 0.5 | tee /dev/stderr | tail -n 1)"
+# Captured, then printed (not `tee /dev/stderr`: that reopens a redirected log
+# and truncates it).
+out="$(target/debug/ds-history --kill9-ops 3000 --disk-ops 2000 --aws-ops 1000 --network-ops 1000 --events 600 \
+  --kill-rate 0.5)" || { echo "$out"; exit 1; }
+echo "$out"
+RESULT[history]="$(echo "$out" | tail -n 1)"
 
 step "infra lint (cfn-lint on template.yaml)"
 bash infra/lint-infra.sh
