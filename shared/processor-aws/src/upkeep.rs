@@ -85,11 +85,6 @@ pub struct Upkeep {
     counts: Mutex<HashMap<String, Counts>>,
 }
 
-fn now_ms() -> i64 {
-    let d = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
-}
-
 impl Upkeep {
     pub fn new(aws: AwsSubstrate, service: StreamService, policy: UpkeepPolicy) -> Self {
         Self { aws, service, policy, counts: Mutex::default() }
@@ -129,7 +124,7 @@ impl Upkeep {
             }
         }
         if sweep {
-            match self.aws.sweep(path, self.policy.sweep_grace_ms, now_ms()).await {
+            match self.aws.sweep(path, self.policy.sweep_grace_ms, self.service.clock().now_ms()).await {
                 Ok(swept) => {
                     report.swept_objects = swept.objects_deleted;
                     report.swept_items = swept.items_deleted;

@@ -305,9 +305,7 @@ impl OnDemandOperator {
 impl ProcessorOperator for OnDemandOperator {
     async fn list(&self, after: Option<&str>, limit: usize) -> Result<ProcessorPage, OperatorError> {
         let store = &self.service.substrate().store;
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        let now = self.service.clock().now_ms();
         let mut cursor = after.map(str::to_owned);
         let mut page = ProcessorPage { processors: Vec::new(), next: None };
         let mut streams = 0;
