@@ -147,7 +147,7 @@ pub fn router_with(service: StreamService, cfg: HttpConfig, ops: Operations) -> 
 /// can read a `401`), access control; then the routes.
 pub fn app_with(service: StreamService, cfg: HttpConfig, ops: Operations) -> App {
     let service_store = service.substrate().store.clone();
-    let live = live::LiveReaders::new(cfg.max_live_readers);
+    let live = live::LiveReaders::new(cfg.max_live_readers, service.random().clone());
     let state = AppState(Arc::new(AppInner {
         service,
         cfg: Arc::new(cfg),

@@ -141,7 +141,7 @@ impl Subscriptions {
         let mut rec = SubscriptionRecord {
             id: id.to_owned(),
             instance: uuid::Uuid::new_v4().simple().to_string(),
-            created_at_ms: self.now_ms(),
+            created_at_ms: self.clock().now_ms(),
             deleted_at_ms: None,
             config,
             config_hash: hash,
@@ -164,7 +164,7 @@ impl Subscriptions {
 
     async fn backfill(&self, rec: &mut SubscriptionRecord, glob: &Glob) -> SubResult<()> {
         let prefix = literal_prefix(glob.as_str());
-        let now = self.now_ms();
+        let now = self.clock().now_ms();
         let mut after: Option<String> = None;
         loop {
             let page = self.store().list_streams_with_prefix(&prefix, after.as_deref(), BACKFILL_PAGE).await?;
@@ -212,7 +212,7 @@ impl Subscriptions {
             let stored = store::read_subscription(self.store(), id).await?;
             let stored = stored.filter(|s| !s.value.is_deleted()).ok_or(SubscriptionError::NotFound)?;
             let mut tomb = stored.value.clone();
-            tomb.deleted_at_ms = Some(self.now_ms());
+            tomb.deleted_at_ms = Some(self.clock().now_ms());
             tomb.wake = None;
             tomb.retry = Retry::default();
             tomb.links.clear();
