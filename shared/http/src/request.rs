@@ -5,7 +5,8 @@ use std::borrow::Cow;
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::http::Uri;
+use axum::http::header::AsHeaderName;
+use axum::http::{HeaderMap, Uri};
 use bytes::{Bytes, BytesMut};
 use ds_core::LiveMode;
 use ds_protocol::ReadOffset;
@@ -134,6 +135,18 @@ fn body_error(e: &(dyn std::error::Error + 'static), limit: usize) -> ApiError {
         ApiError::payload_too_large(limit)
     } else {
         ApiError::bad_request(format!("could not read the request body: {e}"))
+    }
+}
+
+/// A request header as text; a value that is not visible ASCII is a 400.
+/// `name`: a `&str`, or (cheaper) a `HeaderName` from [`crate::headers::name`].
+pub fn get<N>(headers: &HeaderMap, name: N) -> Result<Option<&str>, ApiError>
+where
+    N: AsHeaderName + std::fmt::Display + Copy,
+{
+    match headers.get(name) {
+        None => Ok(None),
+        Some(v) => v.to_str().map(Some).map_err(|_| ApiError::bad_request(format!("header {name} is not valid text"))),
     }
 }
 
