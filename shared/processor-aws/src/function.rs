@@ -89,6 +89,7 @@ pub struct FunctionParts {
 
 /// An event the function does not know.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum FunctionError {
     #[error("unrecognised event: {0}")]
     UnknownEvent(String),

@@ -64,6 +64,7 @@ pub struct HostStats {
 
 /// Why a processor could not be run on a stream.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum DriveError {
     #[error("processor {slug} on {path}: {source}")]
     Runner { path: String, slug: String, source: RunnerError },

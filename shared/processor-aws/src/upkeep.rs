@@ -71,6 +71,7 @@ pub struct UpkeepReport {
 
 /// Upkeep failed; the caller decides whether that fails its record.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum UpkeepError {
     #[error("releasing the fork reference of {path}: {source}")]
     Release { path: String, source: ServiceError },

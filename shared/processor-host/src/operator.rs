@@ -150,6 +150,8 @@ impl Control {
 
 /// An operator request that cannot be served.
 #[derive(Debug, thiserror::Error)]
+// Exhaustive on purpose: ds-http's error.rs maps every variant to a status
+// code, and a new variant must fail that build rather than become a 500.
 pub enum OperatorError {
     #[error("no processor {slug:?} is configured")]
     UnknownProcessor { slug: String },

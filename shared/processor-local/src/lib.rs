@@ -54,6 +54,7 @@ pub struct LocalHost {
 
 /// The host could not start.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum HostError {
     #[error("the processor host was already started")]
     AlreadyStarted,
