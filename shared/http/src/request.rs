@@ -150,6 +150,13 @@ where
     }
 }
 
+/// The host clients reached this server by. HTTP/2 carries it in the URI's
+/// authority, not a Host header.
+pub(crate) fn request_host(parts: &http::request::Parts) -> Result<String, ApiError> {
+    let authority = parts.uri.authority().map(|a| a.as_str());
+    Ok(get(&parts.headers, "host")?.or(authority).unwrap_or("127.0.0.1").to_owned())
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
