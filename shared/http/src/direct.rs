@@ -11,8 +11,10 @@
 //! headers read from the header lines ([`AppendHeaders::from_fields`]), the
 //! same [`append`] as the router's handler, and an [`Appended`] whose
 //! header lines go to the transport with the headers every response carries
-//! ([`crate::layers::decorations`]), the CORS answer, a tracing span and the
-//! metrics exchange, as the edge adds them.
+//! ([`crate::layers::decorations`]), the CORS answer, the edge's tracing
+//! span ([`crate::edge::request_span`]) and the metrics exchange under the
+//! route table's label; a refused append leaves through the edge's own exit
+//! ([`crate::edge::leave`]).
 //!
 //! Only what is certainly a plain append comes here: a target of plain
 //! path characters (no query) under `/v1/stream/`, naming a stream that
@@ -40,7 +42,7 @@ use crate::cors::{Cors, CorsAnswer};
 use crate::error::ApiError;
 use crate::metrics::{Exchange, Metrics, Observation};
 use crate::routes::{Class, RouteId, APPEND_ROUTE};
-use crate::{dispatch, layers, AppState};
+use crate::{dispatch, edge, layers, AppState};
 
 /// What serves appends directly: the router's state and the edge's CORS
 /// and metrics.
@@ -121,8 +123,7 @@ impl Direct {
         #[cfg(test)]
         self.taken.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let start = Instant::now();
-        // The edge's span, with the same fields.
-        let span = tracing::debug_span!("request", method = %Method::POST, uri = target, version = ?Version::HTTP_11);
+        let span = edge::request_span(&Method::POST, &target, Version::HTTP_11);
         let origin = fields.clone().find(|(name, _)| name.eq_ignore_ascii_case(b"origin")).map(|(_, value)| value);
         let cors = self.cors.answer(&Method::POST, origin);
         async move {
@@ -163,21 +164,15 @@ impl Direct {
         .instrument(span)
     }
 
-    /// The router's response to an append that failed with `e`.
+    /// The router's response to an append that failed with `e`, leaving
+    /// through the edge's own exit ([`edge::leave`]).
     fn refused(&self, e: ApiError, cors: CorsAnswer, start: Instant, bytes_in: u64) -> Response {
-        let mut resp = dispatch::answered(e.into_response()).unwrap_or_else(|e| match e {});
-        layers::decorate(&mut resp, cors);
-        if resp.status().is_server_error() {
-            tracing::error!(status = resp.status().as_u16(), latency = ?start.elapsed(), "response failed");
-        }
-        match &self.metrics {
-            Some(m) => {
-                let class = Class::of(RouteId::StreamAppend);
-                Observation::begin(m.clone(), &class, &Method::POST, start)
-                    .finish(resp, Arc::new(AtomicU64::new(bytes_in)))
-            }
-            None => resp,
-        }
+        let resp = dispatch::answered(e.into_response()).unwrap_or_else(|e| match e {});
+        let observed = self.metrics.as_ref().map(|m| {
+            let class = Class::of(RouteId::StreamAppend);
+            (Observation::begin(m.clone(), &class, &Method::POST, start), Arc::new(AtomicU64::new(bytes_in)))
+        });
+        edge::leave(resp, cors, start, observed)
     }
 }
 
