@@ -27,6 +27,11 @@ cargo build --workspace --all-targets --locked 2>/dev/null || cargo build --work
 # 2-core machine).
 export DS_SERVER_BIN="$ROOT/target/debug/durable-streams"
 
+step "lints: cargo fmt --check, cargo clippy -D warnings, import cycles between a crate's files"
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets -- -D warnings
+python3 tests/lint/import-cycles.py
+
 step "AWS emulator (moto, pinned, from PyPI) on 127.0.0.1"
 eval "$(bash infra/aws-emulator/start.sh --port 0 --dir "$RUN/aws-emulator")"
 eval "$(bash infra/aws-emulator/create-resources | sed 's/^/export /')"

@@ -108,14 +108,9 @@ fn at_ms(input: &serde_json::Value) -> i64 {
     input["at_ms"].as_i64().expect("at_ms in the alarm input")
 }
 
-fn now_ms() -> i64 {
-    let d = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
-}
-
 /// Sleep until `at_ms` (epoch ms) has passed by `extra_ms`.
 async fn sleep_past(at_ms: i64, extra_ms: i64) {
-    let wait = (at_ms + extra_ms - now_ms()).max(0);
+    let wait = (at_ms + extra_ms - ds_core::Clock::system().now_ms()).max(0);
     tokio::time::sleep(Duration::from_millis(u64::try_from(wait).unwrap_or(0))).await;
 }
 

@@ -145,7 +145,7 @@ pub fn operations<F: Fn(&str) -> Option<String>>(env: &Settings<F>) -> anyhow::R
         (None, true) => ds_http::Cors::Origins(Vec::new()),
     };
     let namespace = env.raw("DS_METRICS_NAMESPACE").unwrap_or_else(|| "DurableStreams".to_owned());
-    let metrics: Option<Arc<dyn ds_http::Metrics>> =
+    let metrics: Option<Arc<dyn ds_metrics::Metrics>> =
         (namespace != "off").then(|| Arc::new(ds_metrics::emf::EmfMetrics::stdout(namespace)) as _);
     let public_url = env.raw("DS_PUBLIC_URL").map(|u| public_url(&u)).transpose()?;
     Ok(ds_http::Operations {

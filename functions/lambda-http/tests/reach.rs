@@ -35,7 +35,7 @@ async fn subscriptions_reach_no_further_than_their_creator_through_the_handler()
         sole_writer: false,
         ..SubscriptionsConfig::default()
     };
-    let (wakes, due) = InProcWakes::new();
+    let (wakes, due) = InProcWakes::new(service.clock().clone());
     let processor = Subscriptions::new(service, keys, cfg, Arc::new(wakes)).expect("engine");
     tokio::spawn(processor.clone().run_due_loop(due));
     tap.connect(&processor);

@@ -108,8 +108,8 @@ fn parse_header_bytes(s: &str) -> Result<usize, String> {
 }
 
 impl LimitArgs {
-    pub fn conn_limits(&self) -> ds_http::ConnLimits {
-        ds_http::ConnLimits {
+    pub fn conn_limits(&self) -> ds_serve::ConnLimits {
+        ds_serve::ConnLimits {
             header_read_timeout: self.header_read_timeout,
             idle_timeout: self.idle_timeout,
             max_header_bytes: self.max_header_bytes,

@@ -91,8 +91,8 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     };
     let limits = args.limits.conn_limits();
     match tls {
-        Some(config) => ds_http::serve_with(listener, app, limits, tls::Tls::new(config), shutdown).await,
-        None => ds_http::serve(listener, app, limits, shutdown).await,
+        Some(config) => ds_serve::serve_with(listener, app, limits, tls::Tls::new(config), shutdown).await,
+        None => ds_serve::serve(listener, app, limits, shutdown).await,
     }
     if let Some(p) = processors {
         p.shutdown().await;

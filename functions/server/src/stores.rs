@@ -41,7 +41,7 @@ pub fn name(kind: StoreKind) -> &'static str {
 pub fn prometheus(
     service: &StreamService,
     more: Vec<ds_metrics::prometheus::ScrapeHook>,
-) -> anyhow::Result<Arc<dyn ds_http::Metrics>> {
+) -> anyhow::Result<Arc<dyn ds_metrics::Metrics>> {
     let registry = service.substrate().registry.clone();
     let contexts = move || metrics::gauge!("ds_stream_contexts").set(registry.live_contexts() as f64);
     let mut hooks: Vec<ds_metrics::prometheus::ScrapeHook> = vec![Box::new(contexts)];

@@ -36,7 +36,7 @@ pub async fn start(args: &ServeArgs, service: &StreamService, tap: &ChangeTap) -
         sole_writer: !matches!(args.store, StoreKind::Aws),
         ..SubscriptionsConfig::default()
     };
-    let (wakes, due) = InProcWakes::new();
+    let (wakes, due) = InProcWakes::new(service.clock().clone());
     let engine = Subscriptions::new(service.clone(), keys, cfg, Arc::new(wakes)).context("subscriptions")?;
     tokio::spawn(engine.clone().run_due_loop(due));
     tap.connect(&engine);

@@ -1,13 +1,13 @@
 //! HTTPS for the local server: rustls (aws-lc-rs, the process's one crypto
 //! provider), ALPN `h2` and `http/1.1`. The handshake runs inside
-//! `ds_http::serve_with`, so the connection limits (the handshake counts
+//! `ds_serve::serve_with`, so the connection limits (the handshake counts
 //! toward the header-read timeout) hold for HTTPS as for plain HTTP.
 
 use std::io;
 use std::sync::Arc;
 
 use anyhow::Context;
-use ds_http::Protocol;
+use ds_serve::Protocol;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::net::TcpStream;
@@ -39,7 +39,7 @@ impl Tls {
     }
 }
 
-impl ds_http::Handshake for Tls {
+impl ds_serve::Handshake for Tls {
     type Io = TlsStream<TcpStream>;
 
     async fn handshake(&self, tcp: TcpStream) -> io::Result<(Self::Io, Protocol)> {

@@ -26,6 +26,8 @@ pub use tokens::StaticTokens;
 
 /// Why a request is not authenticated (401), or could not be checked (503).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+// Exhaustive on purpose: ds-http's error.rs maps every variant to a status
+// code, and a new variant must fail that build rather than become a 500.
 pub enum AuthError {
     #[error("missing bearer token (send Authorization: Bearer <token>)")]
     Missing,

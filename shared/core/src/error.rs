@@ -4,6 +4,8 @@
 /// Errors a substrate reports. The core maps them to protocol status codes in
 /// one place (`ds_http::error`).
 #[derive(Debug, thiserror::Error)]
+// Exhaustive on purpose: ds-http's error.rs maps every variant to a status
+// code, and a new variant must fail that build rather than become a 500.
 pub enum StoreError {
     /// A precondition of the commit did not hold (another writer got there
     /// first). Nothing was written; re-read, re-validate and retry.

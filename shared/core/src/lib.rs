@@ -20,6 +20,7 @@ pub mod read_cache;
 pub mod service;
 pub mod substrate;
 
+pub use ds_clock::{Clock, Random};
 pub use error::StoreError;
 pub use model::*;
 pub use pending::{PendingCommit, TrySubmit};

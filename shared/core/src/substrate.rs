@@ -26,6 +26,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use bytes::Bytes;
+use ds_clock::{Clock, Random};
 use tokio::time::Instant;
 
 use crate::error::StoreError;
@@ -414,7 +415,9 @@ impl ForkPeer for StoreForkPeer {
     }
 }
 
-/// One platform: the six substrate services the core runs on.
+/// One platform: the six substrate services the core runs on, and the
+/// clock and randomness they and the core read (portable-architecture:
+/// Clock and Random are swappable; tests run on a manual clock).
 #[derive(Clone)]
 pub struct Substrate {
     pub store: Arc<dyn StreamStore>,
@@ -423,4 +426,6 @@ pub struct Substrate {
     pub scheduler: Arc<dyn ExpiryScheduler>,
     pub fork_peer: Arc<dyn ForkPeer>,
     pub registry: Arc<dyn StreamRegistry>,
+    pub clock: Clock,
+    pub random: Random,
 }

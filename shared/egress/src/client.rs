@@ -52,6 +52,7 @@ impl Default for EgressConfig {
 }
 
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum EgressError {
     #[error("not a valid URL: {0}")]
     BadUrl(String),

@@ -9,17 +9,21 @@
 //! and 5 of its ~40 allocations (callgrind, memory store).
 //!
 //! It also carries what serves a plain append without the `http` types
-//! ([`crate::direct`]), which the local server's HTTP/1.1 loop uses.
+//! ([`crate::direct`]), which the transport's HTTP/1.1 fast path uses
+//! through `ds_serve::Surface`.
 
+use std::borrow::Cow;
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use axum::extract::Request;
+use axum::http::Method;
 use axum::response::Response;
+use ds_serve::{HeadLines, RawAnswer, RawRequest, Surface};
 use tower::Service;
 
-use crate::direct::Direct;
+use crate::direct::{Answer, Direct};
 use crate::edge::EdgeService;
 
 type Inner = EdgeService;
@@ -62,5 +66,38 @@ impl Service<Request> for App {
 
     fn call(&mut self, req: Request) -> Self::Future {
         self.inner.call(req)
+    }
+}
+
+/// The surface as the transport serves it: every request through the
+/// [`App`]'s edge and dispatch, but a plain append (see the module docs)
+/// straight from its bytes.
+impl Surface for App {
+    type RawRoute<'a> = (&'a Direct, Cow<'a, str>);
+
+    fn raw_route<'a>(&'a self, req: &RawRequest<'a>) -> Option<Self::RawRoute<'a>> {
+        let direct = self.direct()?;
+        if *req.method != Method::POST {
+            return None;
+        }
+        Some((direct, direct.path(req.target)?))
+    }
+
+    async fn answer_raw<'a>(
+        &'a self,
+        (direct, path): Self::RawRoute<'a>,
+        req: RawRequest<'a>,
+        mut head: HeadLines,
+    ) -> RawAnswer {
+        match direct.append(req.target, path, req.headers.iter(), req.body).await {
+            Answer::Appended(appended, cors) => {
+                // No length line: the transport says an empty body's as
+                // hyper says it (after the others, on a producer's `200`).
+                appended.each_header(|name, value| head.put(name.as_str().as_bytes(), value));
+                direct.put_common_headers(&cors, &mut head);
+                RawAnswer::Head(appended.status, head)
+            }
+            Answer::Full(resp) => RawAnswer::Full(resp),
+        }
     }
 }

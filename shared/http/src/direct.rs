@@ -1,5 +1,6 @@
-//! The append answered straight from the bytes the HTTP/1.1 loop read
-//! ([`crate::h1`]), without building an `http::Request` and a `Response`.
+//! The append answered straight from the bytes the transport's HTTP/1.1
+//! fast path read (`ds_serve`'s [`Surface`]: this module is the surface's
+//! side of it), without building an `http::Request` and a `Response`.
 //!
 //! Through the router, an append is a `Request` with a `HeaderMap` (every
 //! header line hashed and stored), a body wrapped twice (metrics, the size
@@ -8,10 +9,12 @@
 //! 100 B append's instructions on the memory store (callgrind: 27,168 with
 //! them, 20,155 without). Here the same steps run on what was parsed: the append's
 //! headers read from the header lines ([`AppendHeaders::from_fields`]), the
-//! same [`append`] as the router's handler, and an [`Appended`] that the
-//! connection writes with the headers every response carries
-//! ([`crate::layers::decorations`]), the CORS answer, a tracing span and the
-//! metrics exchange, as the edge adds them.
+//! same [`append`] as the router's handler, and an [`Appended`] whose
+//! header lines go to the transport with the headers every response carries
+//! ([`crate::layers::decorations`]), the CORS answer, the edge's tracing
+//! span ([`crate::edge::request_span`]) and the metrics exchange under the
+//! route table's label; a refused append leaves through the edge's own exit
+//! ([`crate::edge::leave`]).
 //!
 //! Only what is certainly a plain append comes here: a target of plain
 //! path characters (no query) under `/v1/stream/`, naming a stream that
@@ -31,46 +34,47 @@ use std::time::Instant;
 use axum::http::{Method, Version};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
+use ds_serve::HeadLines;
 use tracing::Instrument;
 
 use crate::append::{append, AppendHeaders, Appended};
 use crate::cors::{Cors, CorsAnswer};
 use crate::error::ApiError;
-use crate::h1::put_header;
 use crate::metrics::{Exchange, Metrics, Observation};
 use crate::routes::{Class, RouteId, APPEND_ROUTE};
-use crate::{dispatch, layers, AppState};
+use crate::{dispatch, edge, layers, AppState};
 
 /// What serves appends directly: the router's state and the edge's CORS
 /// and metrics.
-pub(crate) struct Direct {
+// `pub` (in a private module) only because [`crate::App`]'s `ds_serve::Surface`
+// route type names it.
+pub struct Direct {
     state: AppState,
     cors: Arc<Cors>,
     metrics: Option<Arc<dyn Metrics>>,
     /// The CORS answer to a request without `Origin` (what non-browser
     /// clients send), and the headers after the append's own that go with
-    /// it, written out once: [`Self::put_common_headers`].
-    usual: (CorsAnswer, Vec<u8>),
+    /// it, made once: [`Self::put_common_headers`].
+    usual: (CorsAnswer, HeadLines),
     /// How many requests were taken (to show in tests that they were).
     #[cfg(test)]
     pub taken: std::sync::atomic::AtomicUsize,
 }
 
 /// How a direct append was answered.
-pub(crate) enum Answer<'a> {
+pub(crate) enum Answer {
     /// Appended: the answer, and the CORS headers it carries (for
     /// [`Direct::put_common_headers`] of this one).
-    Appended(&'a Direct, Appended, CorsAnswer),
-    /// A whole response: the router's (to a request it served), or the one
-    /// it would have given to a refused append (decorated, and observed
-    /// when its body ends).
+    Appended(Appended, CorsAnswer),
+    /// The whole response the router would have given to a refused append
+    /// (decorated, and observed when its body ends).
     Full(Response),
 }
 
 impl Direct {
     pub(crate) fn new(state: AppState, cors: Arc<Cors>, metrics: Option<Arc<dyn Metrics>>) -> Self {
         let answer = cors.answer(&Method::POST, None);
-        let mut block = Vec::new();
+        let mut block = HeadLines::new();
         common_headers(&answer, &mut block);
         Self {
             state,
@@ -84,10 +88,10 @@ impl Direct {
 
     /// Write the headers an appended answer carries after its own: what the
     /// router's `dispatch::answered` and the edge add.
-    pub(crate) fn put_common_headers(&self, cors: &CorsAnswer, out: &mut Vec<u8>) {
+    pub(crate) fn put_common_headers(&self, cors: &CorsAnswer, out: &mut HeadLines) {
         let (usual, block) = &self.usual;
         if cors == usual {
-            out.extend_from_slice(block);
+            out.extend(block);
         } else {
             common_headers(cors, out);
         }
@@ -115,12 +119,11 @@ impl Direct {
         path: Cow<'a, str>,
         fields: impl Iterator<Item = (&'a [u8], &'a [u8])> + Clone + 'a,
         body: Bytes,
-    ) -> impl Future<Output = Answer<'a>> + 'a {
+    ) -> impl Future<Output = Answer> + 'a {
         #[cfg(test)]
         self.taken.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let start = Instant::now();
-        // The edge's span, with the same fields.
-        let span = tracing::debug_span!("request", method = %Method::POST, uri = target, version = ?Version::HTTP_11);
+        let span = edge::request_span(&Method::POST, &target, Version::HTTP_11);
         let origin = fields.clone().find(|(name, _)| name.eq_ignore_ascii_case(b"origin")).map(|(_, value)| value);
         let cors = self.cors.answer(&Method::POST, origin);
         async move {
@@ -153,7 +156,7 @@ impl Direct {
                             bytes_out: 0,
                         });
                     }
-                    Answer::Appended(self, appended, cors)
+                    Answer::Appended(appended, cors)
                 }
                 Err(e) => Answer::Full(self.refused(e, cors, start, bytes_in)),
             }
@@ -161,26 +164,20 @@ impl Direct {
         .instrument(span)
     }
 
-    /// The router's response to an append that failed with `e`.
+    /// The router's response to an append that failed with `e`, leaving
+    /// through the edge's own exit ([`edge::leave`]).
     fn refused(&self, e: ApiError, cors: CorsAnswer, start: Instant, bytes_in: u64) -> Response {
-        let mut resp = dispatch::answered(e.into_response()).unwrap_or_else(|e| match e {});
-        layers::decorate(&mut resp, cors);
-        if resp.status().is_server_error() {
-            tracing::error!(status = resp.status().as_u16(), latency = ?start.elapsed(), "response failed");
-        }
-        match &self.metrics {
-            Some(m) => {
-                let class = Class::of(RouteId::StreamAppend);
-                Observation::begin(m.clone(), &class, &Method::POST, start)
-                    .finish(resp, Arc::new(AtomicU64::new(bytes_in)))
-            }
-            None => resp,
-        }
+        let resp = dispatch::answered(e.into_response()).unwrap_or_else(|e| match e {});
+        let observed = self.metrics.as_ref().map(|m| {
+            let class = Class::of(RouteId::StreamAppend);
+            (Observation::begin(m.clone(), &class, &Method::POST, start), Arc::new(AtomicU64::new(bytes_in)))
+        });
+        edge::leave(resp, cors, start, observed)
     }
 }
 
-fn common_headers(cors: &CorsAnswer, out: &mut Vec<u8>) {
-    layers::decorations(cors, |name, value| put_header(out, name.as_str().as_bytes(), value.as_bytes()));
+fn common_headers(cors: &CorsAnswer, out: &mut HeadLines) {
+    layers::decorations(cors, |name, value| out.put(name.as_str().as_bytes(), value.as_bytes()));
 }
 
 /// A byte of a path segment (RFC 3986 `pchar`) or `/`: a target made of

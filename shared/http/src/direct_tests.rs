@@ -7,8 +7,8 @@ use ds_core::{ServiceConfig, StreamService};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
 
 use crate::metrics::{Exchange, Metrics};
-use crate::serve::{serve_connection, ConnLimits};
 use crate::{App, Cors, HttpConfig, Operations};
+use ds_serve::{serve_connection, ConnLimits};
 
 /// The exchanges an app reported, without their latency.
 #[derive(Default)]

@@ -40,8 +40,8 @@ impl ApiError {
 
     /// 503: every live-reader slot is taken. `Retry-After` is spread over a
     /// few seconds so refused readers do not all come back at once.
-    pub fn too_many_live_readers(max: usize) -> Self {
-        let wait: u8 = rand::Rng::gen_range(&mut rand::thread_rng(), 1..=4);
+    pub fn too_many_live_readers(max: usize, random: &ds_core::Random) -> Self {
+        let wait = random.in_range(1..=4);
         Self::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "TOO_MANY_LIVE_READERS",

@@ -17,7 +17,7 @@ use futures::future::BoxFuture;
 use crate::append::{append, AppendHeaders};
 use crate::error::ApiError;
 use crate::headers::{self as h, get, name, offset_value};
-use crate::request::{body, read_query, stream_path, ReadQuery};
+use crate::request::{body, read_query, request_host, stream_path, ReadQuery};
 use crate::routes::RouteId;
 use crate::AppState;
 
@@ -88,13 +88,6 @@ fn set_offset(headers: &mut HeaderMap, position: u64) {
 }
 
 const TRUE: HeaderValue = HeaderValue::from_static("true");
-
-/// The host clients reached this server by. HTTP/2 carries it in the URI's
-/// authority, not a Host header.
-pub(crate) fn request_host(parts: &http::request::Parts) -> Result<String, ApiError> {
-    let authority = parts.uri.authority().map(|a| a.as_str());
-    Ok(get(&parts.headers, "host")?.or(authority).unwrap_or("127.0.0.1").to_owned())
-}
 
 async fn put(app: AppState, path: String, req: Request) -> ApiResult {
     let (parts, raw) = req.into_parts();

@@ -1,10 +1,11 @@
-//! Header names, and small helpers to read request headers as `&str`.
+//! Header names, and the helper that reads a request header as `&str`.
 
-use axum::http::header::AsHeaderName;
-use axum::http::{HeaderMap, HeaderName, HeaderValue};
+use axum::http::{HeaderName, HeaderValue};
 use ds_protocol::Offset;
 
-use crate::error::ApiError;
+// Reading a request header as text answers with the surface's errors, so it
+// lives with the request's other readers (`request.rs`).
+pub use crate::request::get;
 
 pub const STREAM_NEXT_OFFSET: &str = "stream-next-offset";
 pub const STREAM_UP_TO_DATE: &str = "stream-up-to-date";
@@ -52,16 +53,4 @@ pub fn offset_value(position: u64) -> HeaderValue {
     let token = Offset(position).to_token();
     // Digits and `_`: always a valid header value.
     HeaderValue::from_bytes(&token).unwrap_or_else(|_| HeaderValue::from_static(""))
-}
-
-/// A request header as text; a value that is not visible ASCII is a 400.
-/// `name`: a `&str`, or (cheaper) a [`HeaderName`] from [`name`].
-pub fn get<N>(headers: &HeaderMap, name: N) -> Result<Option<&str>, ApiError>
-where
-    N: AsHeaderName + std::fmt::Display + Copy,
-{
-    match headers.get(name) {
-        None => Ok(None),
-        Some(v) => v.to_str().map(Some).map_err(|_| ApiError::bad_request(format!("header {name} is not valid text"))),
-    }
 }

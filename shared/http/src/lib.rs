@@ -4,22 +4,19 @@
 //! serves the [`App`] itself; the Lambda function and tests take it wrapped
 //! in an axum [`Router`] ([`router_with`]).
 //!
-//! Connections ([`serve()`]): plain HTTP/1.1 requests are parsed by `h1.rs`,
-//! and the appends among them answered without the `http` types
-//! (`direct.rs`, the same append code as the router's handler); hyper
-//! serves everything else.
+//! The transport below it (`ds-serve`: connections, limits, the HTTP/1.1
+//! fast path, hyper) serves the [`App`] through `ds_serve::Surface`; the
+//! fast path's plain appends are answered from their bytes (`direct.rs`,
+//! the same append code as the router's handler).
 
 mod access;
 mod app;
 mod append;
-mod conn_guard;
 mod cors;
-mod date;
 mod direct;
 mod dispatch;
 mod edge;
 pub mod error;
-mod h1;
 mod handlers;
 pub mod headers;
 mod health;
@@ -27,11 +24,9 @@ mod layers;
 mod live;
 mod metrics;
 mod processors;
-mod repoll;
 mod request;
 mod reserved;
 pub mod routes;
-pub mod serve;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -45,7 +40,6 @@ pub use error::ApiError;
 pub use metrics::{Exchange, Metrics};
 pub use processors::PROCESSORS_PATH;
 pub use routes::METRICS_PATH;
-pub use serve::{serve, serve_connection, serve_with, AppService, ConnLimits, Handshake, PlainTcp, Protocol};
 
 /// Limits the HTTP layer enforces before the service sees a request.
 #[derive(Debug, Clone)]
@@ -153,7 +147,7 @@ pub fn router_with(service: StreamService, cfg: HttpConfig, ops: Operations) -> 
 /// can read a `401`), access control; then the routes.
 pub fn app_with(service: StreamService, cfg: HttpConfig, ops: Operations) -> App {
     let service_store = service.substrate().store.clone();
-    let live = live::LiveReaders::new(cfg.max_live_readers);
+    let live = live::LiveReaders::new(cfg.max_live_readers, service.random().clone());
     let state = AppState(Arc::new(AppInner {
         service,
         cfg: Arc::new(cfg),

@@ -13,16 +13,18 @@ use crate::error::ApiError;
 pub(crate) struct LiveReaders {
     slots: Arc<Semaphore>,
     max: usize,
+    /// Spreads the `Retry-After` of refusals (the service's randomness).
+    random: ds_core::Random,
 }
 
 impl LiveReaders {
-    pub(crate) fn new(max: usize) -> Self {
+    pub(crate) fn new(max: usize, random: ds_core::Random) -> Self {
         let max = max.min(Semaphore::MAX_PERMITS);
-        Self { slots: Arc::new(Semaphore::new(max)), max }
+        Self { slots: Arc::new(Semaphore::new(max)), max, random }
     }
 
     /// A slot, or `503` with `Retry-After` when all are taken.
     pub(crate) fn admit(&self) -> Result<OwnedSemaphorePermit, ApiError> {
-        Arc::clone(&self.slots).try_acquire_owned().map_err(|_| ApiError::too_many_live_readers(self.max))
+        Arc::clone(&self.slots).try_acquire_owned().map_err(|_| ApiError::too_many_live_readers(self.max, &self.random))
     }
 }

@@ -1,4 +1,5 @@
-//! Metrics at the edge ([`crate::edge`]): every exchange is reported to a [`Metrics`] sink with
+//! Metrics at the edge ([`crate::edge`]): every exchange is reported to a [`Metrics`] sink (the
+//! port, `ds-metrics`, below this crate) with
 //! its route label, status, latency to the response head and bytes in/out;
 //! live readers (long-poll and SSE requests) are counted while they are
 //! open. The sink decides the format (Prometheus on the local server,
@@ -8,7 +9,7 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use axum::body::Body;
 use axum::extract::Request;
@@ -19,33 +20,7 @@ use http_body::{Body as HttpBody, Frame, SizeHint};
 
 use crate::routes::Class;
 
-/// One finished request/response exchange.
-#[derive(Debug, Clone)]
-pub struct Exchange {
-    /// What kind of request: `stream_append`, `stream_read`, `stream_sse`,
-    /// `health`, `metrics`, … (never a stream path: bounded cardinality).
-    pub route: &'static str,
-    pub method: Method,
-    pub status: u16,
-    /// Time until the response head was ready (for SSE and long-poll this
-    /// includes the wait for data).
-    pub latency: Duration,
-    pub bytes_in: u64,
-    pub bytes_out: u64,
-}
-
-/// Where the HTTP layer reports what it serves.
-pub trait Metrics: Send + Sync + 'static {
-    /// Called once per exchange, when the response body has been sent (or
-    /// the client went away).
-    fn exchange(&self, exchange: &Exchange);
-    /// A live reader (`long-poll` or `sse`) opened (`+1`) or closed (`-1`).
-    fn live_readers(&self, mode: &'static str, delta: i64);
-    /// The text served at `/metrics`, if this host serves one.
-    fn render(&self) -> Option<String> {
-        None
-    }
-}
+pub use ds_metrics::{Exchange, Metrics};
 
 /// One request being observed, from its classification at the edge
 /// ([`crate::edge`]) to its response head.

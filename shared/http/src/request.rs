@@ -5,7 +5,8 @@ use std::borrow::Cow;
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::http::Uri;
+use axum::http::header::AsHeaderName;
+use axum::http::{HeaderMap, Uri};
 use bytes::{Bytes, BytesMut};
 use ds_core::LiveMode;
 use ds_protocol::ReadOffset;
@@ -135,6 +136,25 @@ fn body_error(e: &(dyn std::error::Error + 'static), limit: usize) -> ApiError {
     } else {
         ApiError::bad_request(format!("could not read the request body: {e}"))
     }
+}
+
+/// A request header as text; a value that is not visible ASCII is a 400.
+/// `name`: a `&str`, or (cheaper) a `HeaderName` from [`crate::headers::name`].
+pub fn get<N>(headers: &HeaderMap, name: N) -> Result<Option<&str>, ApiError>
+where
+    N: AsHeaderName + std::fmt::Display + Copy,
+{
+    match headers.get(name) {
+        None => Ok(None),
+        Some(v) => v.to_str().map(Some).map_err(|_| ApiError::bad_request(format!("header {name} is not valid text"))),
+    }
+}
+
+/// The host clients reached this server by. HTTP/2 carries it in the URI's
+/// authority, not a Host header.
+pub(crate) fn request_host(parts: &http::request::Parts) -> Result<String, ApiError> {
+    let authority = parts.uri.authority().map(|a| a.as_str());
+    Ok(get(&parts.headers, "host")?.or(authority).unwrap_or("127.0.0.1").to_owned())
 }
 
 #[cfg(test)]

@@ -12,8 +12,8 @@ use ds_subscriptions::{Guard, Subscriptions};
 
 use crate::access::{Caller, Nobody};
 use crate::error::ApiError;
-use crate::handlers::request_host;
 use crate::request::body;
+use crate::request::request_host;
 use crate::routes::RouteId as R;
 use crate::AppState;
 

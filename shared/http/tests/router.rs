@@ -2,8 +2,6 @@
 //! pattern): behaviour the black-box conformance suite cannot pin down.
 #![allow(clippy::unwrap_used)]
 
-use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
@@ -13,23 +11,15 @@ use ds_core::{Clock, ServiceConfig, StreamService};
 use http_body_util::BodyExt;
 use tower::ServiceExt;
 
-struct ManualClock(AtomicI64);
-
-impl Clock for ManualClock {
-    fn now_ms(&self) -> i64 {
-        self.0.load(Ordering::SeqCst)
-    }
-}
-
 struct App {
     router: Router,
     service: StreamService,
-    clock: Arc<ManualClock>,
+    clock: Clock,
 }
 
 fn app(cfg: ServiceConfig, max_body_bytes: usize) -> App {
     let (sub, _due) = ds_store_memory::memory_substrate();
-    let clock = Arc::new(ManualClock(AtomicI64::new(1_800_000_000_000)));
+    let clock = Clock::manual(1_800_000_000_000);
     let service = StreamService::new(sub, cfg).with_clock(clock.clone());
     let router =
         ds_http::router(service.clone(), ds_http::HttpConfig { max_body_bytes, ..ds_http::HttpConfig::default() });
@@ -98,11 +88,11 @@ async fn forks_soft_delete_and_cascade_gc() {
 async fn sliding_ttl_and_absolute_expiry() {
     let a = default_app();
     call(&a, "PUT", "/v1/stream/ttl", &[TEXT, ("stream-ttl", "10")], b"x").await;
-    a.clock.0.fetch_add(8_000, Ordering::SeqCst);
+    a.clock.advance(8_000);
     assert_eq!(call(&a, "GET", "/v1/stream/ttl", &[], b"").await.status, StatusCode::OK); // resets the window
-    a.clock.0.fetch_add(8_000, Ordering::SeqCst);
+    a.clock.advance(8_000);
     assert_eq!(call(&a, "HEAD", "/v1/stream/ttl", &[], b"").await.status, StatusCode::OK); // HEAD does not reset
-    a.clock.0.fetch_add(3_000, Ordering::SeqCst);
+    a.clock.advance(3_000);
     assert_eq!(call(&a, "GET", "/v1/stream/ttl", &[], b"").await.status, StatusCode::NOT_FOUND);
     assert!(
         a.service.substrate().store.read_meta(&ds_core::StreamHandle::detached("ttl")).await.unwrap().is_none(),
@@ -110,7 +100,7 @@ async fn sliding_ttl_and_absolute_expiry() {
     );
 
     call(&a, "PUT", "/v1/stream/abs", &[TEXT, ("stream-expires-at", "2027-01-15T08:00:05Z")], b"x").await;
-    a.clock.0.store(1_800_000_000_000 + 10_000, Ordering::SeqCst); // 2027-01-15T08:00:10Z
+    a.clock.set(1_800_000_000_000 + 10_000); // 2027-01-15T08:00:10Z
     assert_eq!(call(&a, "POST", "/v1/stream/abs", &[TEXT], b"y").await.status, StatusCode::NOT_FOUND);
     assert_eq!(call(&a, "PUT", "/v1/stream/abs", &[TEXT], b"new").await.status, StatusCode::CREATED);
 }
@@ -219,7 +209,7 @@ async fn a_public_url_is_the_base_of_location_urls() {
     let app = App {
         router: ds_http::router_with(service.clone(), ds_http::HttpConfig::default(), ops),
         service,
-        clock: Arc::new(ManualClock(AtomicI64::new(0))),
+        clock: Clock::manual(0),
     };
     let r = call(&app, "PUT", "/v1/stream/a%20b", &[("host", "internal:1")], b"").await;
     assert_eq!(r.status, StatusCode::CREATED);

@@ -17,7 +17,7 @@ mod scheduler;
 
 use std::sync::Arc;
 
-use ds_core::{ExpiryDue, StoreForkPeer, StreamStore, Substrate};
+use ds_core::{Clock, ExpiryDue, Random, StoreForkPeer, StreamStore, Substrate};
 use tokio::sync::mpsc::UnboundedReceiver;
 
 pub use hub::InProcHub;
@@ -33,8 +33,18 @@ pub use scheduler::InProcScheduler;
 /// like two processes sharing a database (their locks do not exclude each
 /// other; commit preconditions still serialize writers).
 pub fn in_process_substrate(store: Arc<dyn StreamStore>) -> (Substrate, UnboundedReceiver<ExpiryDue>) {
+    in_process_substrate_on(store, Clock::system(), Random::system())
+}
+
+/// [`in_process_substrate`] on the given clock (its alarms fire when it
+/// reaches them: a manual clock fires them when moved) and jitter source.
+pub fn in_process_substrate_on(
+    store: Arc<dyn StreamStore>,
+    clock: Clock,
+    random: Random,
+) -> (Substrate, UnboundedReceiver<ExpiryDue>) {
     let registry = Arc::new(InProcRegistry::new());
-    let (scheduler, due) = InProcScheduler::new();
+    let (scheduler, due) = InProcScheduler::new(clock.clone());
     let substrate = Substrate {
         store: Arc::clone(&store),
         mutex: Arc::new(InProcMutex::new(Arc::clone(&registry))),
@@ -42,6 +52,8 @@ pub fn in_process_substrate(store: Arc<dyn StreamStore>) -> (Substrate, Unbounde
         scheduler: Arc::new(scheduler),
         fork_peer: Arc::new(StoreForkPeer::new(store)),
         registry,
+        clock,
+        random,
     };
     (substrate, due)
 }

@@ -11,10 +11,10 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
-use ds_core::{ExpiryDue, ExpiryScheduler, StoreError};
+use ds_core::{Clock, ExpiryDue, ExpiryScheduler, StoreError};
+use futures::future::BoxFuture;
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 use tokio::task::AbortHandle;
 
@@ -28,6 +28,7 @@ struct Alarm {
 
 struct Inner {
     tx: UnboundedSender<ExpiryDue>,
+    clock: Clock,
     alarms: Mutex<HashMap<AlarmKey, Alarm>>,
     next_generation: AtomicU64,
 }
@@ -51,10 +52,11 @@ pub struct InProcScheduler {
 }
 
 impl InProcScheduler {
-    /// The scheduler and the receiver its alarms arrive on.
-    pub fn new() -> (Self, UnboundedReceiver<ExpiryDue>) {
+    /// The scheduler on `clock` (an alarm fires when the clock reaches its
+    /// time) and the receiver its alarms arrive on.
+    pub fn new(clock: Clock) -> (Self, UnboundedReceiver<ExpiryDue>) {
         let (tx, rx) = unbounded_channel();
-        let inner = Inner { tx, alarms: Mutex::new(HashMap::new()), next_generation: AtomicU64::new(0) };
+        let inner = Inner { tx, clock, alarms: Mutex::new(HashMap::new()), next_generation: AtomicU64::new(0) };
         (Self { inner: Arc::new(inner) }, rx)
     }
 
@@ -64,15 +66,9 @@ impl InProcScheduler {
     }
 }
 
-fn delay_until(at_ms: i64) -> Duration {
-    let now_ms =
-        SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
-    Duration::from_millis(u64::try_from(at_ms.saturating_sub(now_ms)).unwrap_or(0))
-}
-
 /// Timer body: wait, then deliver unless replaced or cancelled meanwhile.
-async fn fire(inner: Weak<Inner>, key: AlarmKey, generation: u64, delay: Duration) {
-    tokio::time::sleep(delay).await;
+async fn fire(inner: Weak<Inner>, key: AlarmKey, generation: u64, due: BoxFuture<'static, ()>) {
+    due.await;
     let Some(inner) = inner.upgrade() else { return };
     let mut alarms = lock(&inner.alarms);
     if alarms.get(&key).is_some_and(|a| a.generation == generation) {
@@ -91,7 +87,8 @@ impl ExpiryScheduler for InProcScheduler {
         let mut alarms = lock(&self.inner.alarms);
         // Spawned while holding the map lock: the timer cannot look up its
         // entry before it is inserted.
-        let timer = tokio::spawn(fire(Arc::downgrade(&self.inner), key.clone(), generation, delay_until(at_ms)));
+        let due = self.inner.clock.sleep_until(at_ms);
+        let timer = tokio::spawn(fire(Arc::downgrade(&self.inner), key.clone(), generation, due));
         if let Some(old) = alarms.insert(key, Alarm { generation, timer: timer.abort_handle() }) {
             old.timer.abort();
         }

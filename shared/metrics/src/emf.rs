@@ -10,7 +10,7 @@ use std::io::Write;
 use std::sync::Mutex;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use ds_http::{Exchange, Metrics};
+use crate::{Exchange, Metrics};
 use serde_json::json;
 
 pub struct EmfMetrics {

@@ -1,4 +1,5 @@
-//! What operators see: the HTTP layer's exchanges ([`ds_http::Metrics`]) and
+//! What operators see: the HTTP surface's exchanges, reported through the
+//! port this crate defines ([`Metrics`], [`Exchange`]; `ds-http` calls it), and
 //! the stores' own figures, rendered as Prometheus text on the local server
 //! ([`prometheus`]) or written as CloudWatch Embedded Metric Format lines by
 //! the Lambda function ([`emf`]).
@@ -17,5 +18,8 @@
 //!   served (at least in part) from its cache of recent catch-up reads.
 
 pub mod emf;
+mod port;
 pub mod prometheus;
 mod registry;
+
+pub use port::{Exchange, Metrics};

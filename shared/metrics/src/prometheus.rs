@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock, PoisonError, RwLock};
 
-use ds_http::{Exchange, Metrics};
+use crate::{Exchange, Metrics};
 use metrics::{Counter, Histogram};
 
 use crate::registry::Registry;

@@ -64,7 +64,7 @@ where
         function_arn: env.required("DS_PROCESSOR_FUNCTION_ARN")?,
         role_arn: cfg.scheduler_role_arn.clone(),
     };
-    let alarms = Arc::new(RevivalSchedules::new(aws_sdk_scheduler::Client::new(&sdk), target));
+    let alarms = Arc::new(RevivalSchedules::new(aws_sdk_scheduler::Client::new(&sdk), target, service.clock().clone()));
     let parking = Arc::new(SqsQueue::new(sqs, env.required("DS_PROCESSOR_PARKED_QUEUE_URL")?));
     let policy = UrlPolicy { allow_loopback: env.switch("DS_WEBHOOK_ALLOW_LOOPBACK")? };
     let delayed = Arc::new(tasks);
@@ -93,7 +93,7 @@ pub async fn subscription_plane(
 ) -> Result<SubscriptionPlane, StoreError> {
     let keys = RecordKeyStore::new(Arc::clone(&service.substrate().store));
     let keys = KeyRing::open(&keys).await?;
-    let wakes = Arc::new(QueuedWakes::new(delayed));
+    let wakes = Arc::new(QueuedWakes::new(delayed, service.clock().clone()));
     let cfg = SubscriptionsConfig { url_policy: policy, sole_writer: false, ..SubscriptionsConfig::default() };
     let engine = Subscriptions::new(service.clone(), keys, cfg, Arc::clone(&wakes) as Arc<dyn WakeScheduler>)?;
     Ok(SubscriptionPlane::new(engine, wakes))

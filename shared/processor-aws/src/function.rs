@@ -89,6 +89,7 @@ pub struct FunctionParts {
 
 /// An event the function does not know.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum FunctionError {
     #[error("unrecognised event: {0}")]
     UnknownEvent(String),
@@ -186,9 +187,7 @@ impl ProcessorFunction {
     /// Boxed: the future nests every layer of the host, too deep a type for
     /// the Lambda runtime's own futures to hold unboxed.
     pub fn handle(&self, payload: Value, deadline_ms: u64) -> BoxFuture<'_, Result<Value, FunctionError>> {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        let now = u64::try_from(self.service.clock().now_ms()).unwrap_or(0);
         Box::pin(self.dispatch(payload, invocation_deadline(deadline_ms, now)))
     }
 

@@ -64,6 +64,7 @@ pub struct HostStats {
 
 /// Why a processor could not be run on a stream.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum DriveError {
     #[error("processor {slug} on {path}: {source}")]
     Runner { path: String, slug: String, source: RunnerError },
@@ -86,13 +87,9 @@ pub struct Processors {
     stats: Arc<HostStats>,
 }
 
-fn now_ms() -> u64 {
-    let d = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
-
-async fn sleep_until_ms(at_ms: u64) {
-    tokio::time::sleep(Duration::from_millis(at_ms.saturating_sub(now_ms()))).await;
+/// The service clock's reading in the runner's units (epoch ms, `u64`).
+fn epoch_ms(service: &StreamService) -> u64 {
+    u64::try_from(service.clock().now_ms()).unwrap_or(0)
 }
 
 /// How one drive ended.
@@ -235,7 +232,7 @@ impl Processors {
     /// The stop margin for an invocation ending at `deadline_ms` (see
     /// [`HostConfig::stop_margin_ms`]).
     fn margin(&self, deadline_ms: u64) -> u64 {
-        self.cfg.stop_margin_ms.min(deadline_ms.saturating_sub(now_ms()) / 4)
+        self.cfg.stop_margin_ms.min(deadline_ms.saturating_sub(epoch_ms(&self.service)) / 4)
     }
 
     async fn drive(&self, warm: &Warm, deadline_ms: u64) -> Driven {
@@ -248,7 +245,7 @@ impl Processors {
                 Ok(_) => Driven::CaughtUp,
                 Err(e) => Driven::Failed(e),
             },
-            () = sleep_until_ms(stop_at) => {
+            () = self.service.clock().sleep_until(i64::try_from(stop_at).unwrap_or(i64::MAX)) => {
                 // The drive must keep being polled while the drain waits for it to let go.
                 let hard = deadline_ms.saturating_sub(margin / 2);
                 let (report, _) = tokio::join!(warm.runner.drain(hard), drive.as_mut());
@@ -260,7 +257,7 @@ impl Processors {
     /// Waits (until the stop margin) for background hand-offs to settle.
     async fn settle_background(&self, warm: &Warm, deadline_ms: u64) {
         let stop_at = deadline_ms.saturating_sub(self.margin(deadline_ms));
-        while warm.runner.runtime_state().pending_background > 0 && now_ms() < stop_at {
+        while warm.runner.runtime_state().pending_background > 0 && epoch_ms(&self.service) < stop_at {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
     }

@@ -106,6 +106,7 @@ pub enum Attr {
 
 /// A record this host cannot read. Retrying cannot help.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum RecordError {
     #[error("not a DynamoDB stream record: {0}")]
     Shape(String),

@@ -18,6 +18,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 use async_trait::async_trait;
+use ds_core::Clock;
 use ds_processor::{Alarm, RecoveryError, StreamIncarnation};
 use ds_processor_host::AlarmScheduler;
 use ds_store_aws::error::{classify, AwsError};
@@ -89,20 +90,17 @@ pub struct RevivalSchedules {
     target: RevivalTarget,
     /// `(path, slug) -> token` of the alarms this instance armed.
     armed: Mutex<HashMap<(String, String), String>>,
+    /// Moves an overdue alarm's time past the present.
+    clock: Clock,
 }
 
 fn unavailable(e: impl std::fmt::Display) -> RecoveryError {
     RecoveryError::Unavailable(e.to_string())
 }
 
-fn now_ms() -> i64 {
-    let d = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
-}
-
 impl RevivalSchedules {
-    pub fn new(scheduler: aws_sdk_scheduler::Client, target: RevivalTarget) -> Self {
-        Self { scheduler, target, armed: Mutex::default() }
+    pub fn new(scheduler: aws_sdk_scheduler::Client, target: RevivalTarget, clock: Clock) -> Self {
+        Self { scheduler, target, armed: Mutex::default(), clock }
     }
 
     fn remembered(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), String>> {
@@ -136,7 +134,7 @@ impl AlarmScheduler for RevivalSchedules {
     async fn arm(&self, path: &str, alarm: &Alarm) -> Result<(), RecoveryError> {
         let name = revival_schedule_name(path, &alarm.slug);
         let mut input = RevivalInput::new(path, alarm);
-        let at = i64::try_from(input.at_ms).map_err(unavailable)?.max(now_ms() + OVERDUE_DELAY_MS);
+        let at = i64::try_from(input.at_ms).map_err(unavailable)?.max(self.clock.now_ms() + OVERDUE_DELAY_MS);
         input.at_ms = u64::try_from(at).map_err(unavailable)?;
         let schedule = OneShot {
             group: &self.target.schedule_group,

@@ -71,6 +71,7 @@ pub struct UpkeepReport {
 
 /// Upkeep failed; the caller decides whether that fails its record.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum UpkeepError {
     #[error("releasing the fork reference of {path}: {source}")]
     Release { path: String, source: ServiceError },
@@ -83,11 +84,6 @@ pub struct Upkeep {
     service: StreamService,
     policy: UpkeepPolicy,
     counts: Mutex<HashMap<String, Counts>>,
-}
-
-fn now_ms() -> i64 {
-    let d = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
 impl Upkeep {
@@ -129,7 +125,7 @@ impl Upkeep {
             }
         }
         if sweep {
-            match self.aws.sweep(path, self.policy.sweep_grace_ms, now_ms()).await {
+            match self.aws.sweep(path, self.policy.sweep_grace_ms, self.service.clock().now_ms()).await {
                 Ok(swept) => {
                     report.swept_objects = swept.objects_deleted;
                     report.swept_items = swept.items_deleted;

@@ -9,7 +9,6 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -66,10 +65,6 @@ pub struct InProcAlarms {
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     // Every critical section is a single map operation.
     m.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 fn unavailable(e: impl std::fmt::Display) -> RecoveryError {
@@ -150,9 +145,10 @@ impl InProcAlarms {
         let mut armed = lock(&self.armed);
         let timer = self.fired.as_ref().map(|tx| {
             let (tx, map, key, alarm) = (tx.clone(), Arc::clone(&self.armed), key.clone(), alarm.clone());
-            let delay = Duration::from_millis(alarm.at_ms.saturating_sub(now_ms()));
+            // On the service's clock: a manual one fires the alarm when moved past it.
+            let due = self.service.clock().sleep_until(i64::try_from(alarm.at_ms).unwrap_or(i64::MAX));
             tokio::spawn(async move {
-                tokio::time::sleep(delay).await;
+                due.await;
                 let due = {
                     let mut armed = lock(&map);
                     let current = armed.get(&key).is_some_and(|a| a.alarm.token == alarm.token);

@@ -171,6 +171,7 @@ pub struct ProcessorRegistry {
 
 /// A registration the registry refuses.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum RegistryError {
     #[error(transparent)]
     Pattern(#[from] ds_protocol::ProtocolError),

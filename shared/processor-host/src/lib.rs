@@ -56,5 +56,6 @@ pub fn adapters(service: &StreamService, path: &str, slug: &str, alarms: Arc<dyn
     let journal: Arc<dyn Journal> = Arc::new(StreamJournal::new(service.clone(), path));
     let progress: Arc<dyn ProgressStore> = Arc::new(RecordProgressStore::new(service.clone(), path, slug));
     let recovery: Arc<dyn Recovery> = Arc::new(StreamRecovery::new(service.clone(), path, alarms));
-    Adapters::new(journal, progress, recovery)
+    // The runner reads the service's clock (alarm times, checkpoint cadence).
+    Adapters::new(journal, progress, recovery).with_clock(service.clock().clone())
 }

@@ -150,6 +150,8 @@ impl Control {
 
 /// An operator request that cannot be served.
 #[derive(Debug, thiserror::Error)]
+// Exhaustive on purpose: ds-http's error.rs maps every variant to a status
+// code, and a new variant must fail that build rather than become a 500.
 pub enum OperatorError {
     #[error("no processor {slug:?} is configured")]
     UnknownProcessor { slug: String },
@@ -305,9 +307,7 @@ impl OnDemandOperator {
 impl ProcessorOperator for OnDemandOperator {
     async fn list(&self, after: Option<&str>, limit: usize) -> Result<ProcessorPage, OperatorError> {
         let store = &self.service.substrate().store;
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        let now = self.service.clock().now_ms();
         let mut cursor = after.map(str::to_owned);
         let mut page = ProcessorPage { processors: Vec::new(), next: None };
         let mut streams = 0;

@@ -3,17 +3,13 @@
 //! it (its record survives, `rearm` starts the timer again).
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use bytes::Bytes;
-use ds_core::{CreateRequest, ServiceConfig, StreamService};
+use ds_core::{Clock, CreateRequest, ServiceConfig, StreamService};
 use ds_processor::{Alarm, StreamIncarnation};
 use ds_processor_host::{AlarmScheduler, InProcAlarms};
 use ds_protocol::headers::Lifetime;
-
-fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
-}
 
 async fn json_stream(svc: &StreamService, path: &str) -> StreamIncarnation {
     let req = CreateRequest {
@@ -27,8 +23,10 @@ async fn json_stream(svc: &StreamService, path: &str) -> StreamIncarnation {
     StreamIncarnation::new(svc.create(req).await.expect("create").meta.incarnation.to_string())
 }
 
-fn alarm(slug: &str, incarnation: &StreamIncarnation, token: &str, in_ms: u64) -> Alarm {
-    Alarm { slug: slug.into(), incarnation: incarnation.clone(), token: token.into(), at_ms: now_ms() + in_ms }
+/// An alarm `in_ms` from now on the service's clock.
+fn alarm(svc: &StreamService, slug: &str, incarnation: &StreamIncarnation, token: &str, in_ms: i64) -> Alarm {
+    let at_ms = u64::try_from(svc.clock().now_ms() + in_ms).expect("after 1970");
+    Alarm { slug: slug.into(), incarnation: incarnation.clone(), token: token.into(), at_ms }
 }
 
 fn service(dir: &std::path::Path) -> StreamService {
@@ -39,18 +37,24 @@ fn service(dir: &std::path::Path) -> StreamService {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn alarms_fire_once_rearming_replaces_and_disarm_cancels() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let svc = service(dir.path());
+    // A clock that moves only when told: an alarm fires when it is moved past its time.
+    let clock = Clock::manual(1_800_000_000_000);
+    let svc = service(dir.path()).with_clock(clock.clone());
     let inc = json_stream(&svc, "jobs").await;
     let (alarms, mut fired) = InProcAlarms::new(svc.clone());
 
-    alarms.arm("jobs", &alarm("a", &inc, "first", 5_000)).await.expect("arm");
-    alarms.arm("jobs", &alarm("a", &inc, "second", 50)).await.expect("re-arm replaces");
-    alarms.arm("jobs", &alarm("b", &inc, "other", 60_000)).await.expect("arm another slug");
+    alarms.arm("jobs", &alarm(&svc, "a", &inc, "first", 5_000)).await.expect("arm");
+    alarms.arm("jobs", &alarm(&svc, "a", &inc, "second", 50)).await.expect("re-arm replaces");
+    alarms.arm("jobs", &alarm(&svc, "b", &inc, "other", 60_000)).await.expect("arm another slug");
+    let early = tokio::time::timeout(Duration::from_millis(100), fired.recv()).await;
+    assert!(early.is_err(), "nothing fires before its time: {early:?}");
+    clock.advance(50);
     let got = tokio::time::timeout(Duration::from_secs(5), fired.recv()).await.expect("fires").expect("open");
     assert_eq!((got.path.as_str(), got.alarm.token.as_str()), ("jobs", "second"));
     alarms.disarm("jobs", "b").await.expect("disarm");
     assert_eq!(alarms.armed(), 0, "fired and disarmed alarms are gone");
-    let nothing = tokio::time::timeout(Duration::from_millis(300), fired.recv()).await;
+    clock.advance(3_600_000);
+    let nothing = tokio::time::timeout(Duration::from_millis(100), fired.recv()).await;
     assert!(nothing.is_err(), "the replaced and the disarmed alarm never fire: {nothing:?}");
 }
 
@@ -61,8 +65,8 @@ async fn an_alarm_armed_before_a_restart_fires_after_it() {
         let svc = service(dir.path());
         let inc = json_stream(&svc, "jobs").await;
         let (alarms, _fired) = InProcAlarms::new(svc.clone());
-        alarms.arm("jobs", &alarm("a", &inc, "before-restart", 300)).await.expect("arm");
-        alarms.arm("jobs", &alarm("b", &inc, "disarmed", 300)).await.expect("arm");
+        alarms.arm("jobs", &alarm(&svc, "a", &inc, "before-restart", 300)).await.expect("arm");
+        alarms.arm("jobs", &alarm(&svc, "b", &inc, "disarmed", 300)).await.expect("arm");
         alarms.disarm("jobs", "b").await.expect("disarm");
         inc
         // The process "dies" here: timers and store dropped.

@@ -36,7 +36,7 @@ mod tap;
 mod tasks;
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use ds_core::{ServiceError, StreamService, Substrate};
 use ds_processor_host::{InProcAlarms, ProcessorOperator, ProcessorRegistry};
@@ -54,6 +54,7 @@ pub struct LocalHost {
 
 /// The host could not start.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum HostError {
     #[error("the processor host was already started")]
     AlreadyStarted,
@@ -137,10 +138,10 @@ impl LocalHost {
         let inner = &self.inner;
         inner.shutdown.cancel();
         let timeout = inner.config.drain_timeout;
-        let deadline_ms = SystemTime::now()
-            .checked_add(timeout)
-            .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-            .map_or(u64::MAX, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        // On the service's clock, the runners' own (a host never started has no runners).
+        let now = inner.running.get().map_or(0, |running| running.service.clock().now_ms());
+        let timeout_ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
+        let deadline_ms = u64::try_from(now).unwrap_or(0).saturating_add(timeout_ms);
         let runners: Vec<_> =
             inner.slots().into_iter().flat_map(|(_, slots)| slots).filter_map(|slot| slot.runner()).collect();
         let drains = runners.iter().map(|r| r.drain(deadline_ms));

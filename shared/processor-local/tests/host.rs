@@ -9,7 +9,7 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use common::{app, order, App, CONFIG};
 use ds_processor::{Alarm, StreamIncarnation};
@@ -130,10 +130,6 @@ async fn a_stream_that_does_not_match_or_is_not_json_is_left_alone() {
     assert_eq!((shown.status.as_u16(), shown.json()["error"]["code"].clone()), (409, json!("NOT_A_JSON_STREAM")));
 }
 
-fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_revival_alarm_armed_before_a_restart_fires_after_it() {
     let dir = tempfile::tempdir().unwrap();
@@ -151,8 +147,8 @@ async fn a_revival_alarm_armed_before_a_restart_fires_after_it() {
         let incarnation = StreamIncarnation::new(service.create(create).await.unwrap().meta.incarnation.to_string());
         // What a drain leaves behind when work is unfinished: an armed alarm record.
         let alarms = InProcAlarms::manual(service.clone());
-        let alarm =
-            Alarm { slug: "order-feed".into(), incarnation, token: "before-restart".into(), at_ms: now_ms() + 200 };
+        let at_ms = u64::try_from(service.clock().now_ms() + 200).unwrap();
+        let alarm = Alarm { slug: "order-feed".into(), incarnation, token: "before-restart".into(), at_ms };
         alarms.arm("orders/z", &alarm).await.unwrap();
     }
     let (substrate, _due) = ds_store_local::local_substrate(dir.path()).unwrap();

@@ -108,6 +108,7 @@ impl Contract {
 
 /// A contract that disagrees with its processor's `Event` type.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ContractError {
     #[error(
         "processor `{slug}` consumes `{event_type}`, which its event type cannot decode (it decodes {known:?}): \

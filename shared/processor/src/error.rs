@@ -6,6 +6,8 @@ use crate::ports::{JournalError, ProgressError, RecoveryError};
 
 /// Failure of a runner operation.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+// Exhaustive on purpose: ds-http's error.rs maps every variant to a status
+// code, and a new variant must fail that build rather than become a 500.
 pub enum RunnerError {
     #[error(transparent)]
     Journal(#[from] JournalError),
@@ -30,6 +32,7 @@ pub enum RunnerError {
 
 /// Failure of [`crate::Runner::wait_until_event`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum WaitError {
     #[error("timed out waiting for position {position} to be acknowledged")]
     Timeout { position: u64 },

@@ -16,6 +16,7 @@ use crate::progress::{Progress, Reduction};
 
 /// Why an append was refused. Nothing changed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum AdmitError {
     #[error(transparent)]
     Rejected(#[from] Rejection),

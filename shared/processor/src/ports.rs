@@ -15,6 +15,8 @@ use crate::progress::StoredProgress;
 
 /// A journal read or append failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+// Exhaustive on purpose: ds-http's error.rs maps every variant to a status
+// code, and a new variant must fail that build rather than become a 500.
 pub enum JournalError {
     /// The stream is no longer at the incarnation the caller is bound to: it
     /// was deleted, and maybe created again (`current`). Nothing was read or
@@ -38,6 +40,8 @@ fn describe(current: Option<&StreamIncarnation>) -> String {
 
 /// A progress read or commit failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+// Exhaustive on purpose: ds-http's error.rs maps every variant to a status
+// code, and a new variant must fail that build rather than become a 500.
 pub enum ProgressError {
     /// The conditional write refused the record (see [`crate::check_fence`]).
     #[error("progress commit fenced: {0}")]
@@ -52,6 +56,7 @@ pub enum ProgressError {
 
 /// The recovery adapter failed to arm, disarm or handle an alarm.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum RecoveryError {
     /// Appending the revival event failed. `IncarnationChanged` means the
     /// alarm belongs to a stream life that is over: drop it, nothing is owed.

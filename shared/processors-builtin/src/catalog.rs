@@ -121,7 +121,7 @@ impl Catalog {
             }
             registry.register(&def.streams, spec).map_err(|e| match e {
                 RegistryError::Pattern(p) => def.error("streams", p.to_string()),
-                dup @ RegistryError::DuplicateSlug { .. } => def.error("slug", dup.to_string()),
+                other => def.error("slug", other.to_string()),
             })?;
         }
         Ok(registry)

@@ -3,6 +3,7 @@
 
 /// A request the protocol rejects as malformed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ProtocolError {
     #[error("invalid offset: {0}")]
     InvalidOffset(String),

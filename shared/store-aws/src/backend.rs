@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use rand::Rng;
+use ds_clock::{Clock, Random};
 
 use crate::blobs::Blobs;
 use crate::clients::AwsClients;
@@ -18,10 +18,13 @@ pub struct Backend {
     pub blobs: Blobs,
     pub scheduler: aws_sdk_scheduler::Client,
     pub registry: Arc<Registry>,
+    /// The instance's clock (alarm times) and jitter (retry backoff).
+    pub clock: Clock,
+    pub random: Random,
 }
 
 impl Backend {
-    pub fn new(cfg: AwsConfig, clients: AwsClients) -> Self {
+    pub fn new(cfg: AwsConfig, clients: AwsClients, clock: Clock, random: Random) -> Self {
         let registry = Arc::new(Registry::new(cfg.registry.clone()));
         Self {
             blobs: Blobs {
@@ -34,6 +37,8 @@ impl Backend {
             scheduler: clients.scheduler,
             registry,
             cfg,
+            clock,
+            random,
         }
     }
 
@@ -43,6 +48,6 @@ impl Backend {
         let exp = r.base.saturating_mul(1u32 << attempt.min(16));
         let cap = exp.min(r.cap);
         let micros = u64::try_from(cap.as_micros()).unwrap_or(u64::MAX);
-        Duration::from_micros(rand::thread_rng().gen_range(0..=micros))
+        Duration::from_micros(self.random.in_range(0..=micros))
     }
 }

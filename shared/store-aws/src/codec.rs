@@ -17,6 +17,7 @@ pub type Item = HashMap<String, AttributeValue>;
 
 /// A stored item does not match the persisted layout.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum CodecError {
     #[error("attribute `{0}` is missing")]
     Missing(&'static str),

@@ -11,6 +11,7 @@ use crate::codec::{CodecError, Item};
 
 /// Why a single AWS call failed, classified for retry decisions.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum AwsError {
     /// A condition expression did not hold; `old` is the item as it was
     /// (`ReturnValuesOnConditionCheckFailure=ALL_OLD`), if it existed.

@@ -38,7 +38,7 @@ pub mod txn;
 
 use std::sync::Arc;
 
-use ds_core::{StoreForkPeer, StreamStore, Substrate};
+use ds_core::{Clock, Random, StoreForkPeer, StreamStore, Substrate};
 
 /// Largest read budget that keeps a catch-up read of inline chunks within one
 /// meta `GetItem` plus one chunk `Query` page: DynamoDB pages Query results at
@@ -64,7 +64,12 @@ pub struct AwsSubstrate {
 
 impl AwsSubstrate {
     pub fn new(cfg: AwsConfig, clients: AwsClients) -> Self {
-        Self { backend: Arc::new(Backend::new(cfg, clients)) }
+        Self::on(cfg, clients, Clock::system(), Random::system())
+    }
+
+    /// [`Self::new`] on the given clock and jitter source (tests fix them).
+    pub fn on(cfg: AwsConfig, clients: AwsClients, clock: Clock, random: Random) -> Self {
+        Self { backend: Arc::new(Backend::new(cfg, clients, clock, random)) }
     }
 
     /// Configuration and clients from the environment (see
@@ -85,6 +90,8 @@ impl AwsSubstrate {
             scheduler: Arc::new(scheduler::EventBridgeScheduler { b: Arc::clone(b) }),
             fork_peer: Arc::new(StoreForkPeer::new(store)),
             registry: Arc::new(registry::AwsRegistry { registry: Arc::clone(&b.registry) }),
+            clock: b.clock.clone(),
+            random: b.random.clone(),
         }
     }
 

@@ -51,18 +51,13 @@ pub struct EventBridgeScheduler {
 /// call for an alarm that really was about to fire.
 pub const FIRED_MARGIN_MS: i64 = 5_000;
 
-fn now_ms() -> i64 {
-    let d = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
-}
-
 impl EventBridgeScheduler {
     /// Create or replace the schedule; returns the time it was armed for
     /// (`at_ms`, or soon when that has passed).
     async fn upsert(&self, path: &str, incarnation: &str, at_ms: i64) -> Result<i64, StoreError> {
         let b = &self.b;
         let name = schedule_name(path, incarnation);
-        let at_ms = at_ms.max(now_ms() + OVERDUE_DELAY_MS);
+        let at_ms = at_ms.max(b.clock.now_ms() + OVERDUE_DELAY_MS);
         let alarm = AlarmInput { path: path.to_owned(), incarnation: incarnation.to_owned(), at_ms };
         let schedule = OneShot {
             group: &b.cfg.schedule_group,
@@ -91,7 +86,7 @@ impl ExpiryScheduler for EventBridgeScheduler {
     async fn schedule_at(&self, path: &str, incarnation: &str, at_ms: i64) -> Result<(), StoreError> {
         let ctx = self.b.registry.get(path);
         if let Some((inc, armed)) = ctx.armed_alarm() {
-            if pending_alarm_covers(&inc, armed, incarnation, at_ms, now_ms()) {
+            if pending_alarm_covers(&inc, armed, incarnation, at_ms, self.b.clock.now_ms()) {
                 debug!(armed, "an earlier alarm is pending; it re-arms lazily");
                 return Ok(());
             }

@@ -4,7 +4,7 @@
 //! removes orphaned objects but never referenced ones.
 
 use bytes::Bytes;
-use ds_core::contract::fixtures::{append, create, now_ms, read_all, unique_path};
+use ds_core::contract::fixtures::{append, create, read_all, unique_path, wall_clock_ms};
 use ds_core::{Commit, Op, StreamHandle};
 use ds_store_aws::segments::SealOptions;
 use ds_store_aws::test_util::AwsFactory;
@@ -108,7 +108,7 @@ async fn failed_seal_changes_nothing_and_leaves_no_segment() {
         .await
         .expect("read")
         .is_empty());
-    let swept = aws.sweep(&path, 0, now_ms()).await.expect("sweep");
+    let swept = aws.sweep(&path, 0, wall_clock_ms()).await.expect("sweep");
     assert_eq!(swept.objects_deleted, 0, "no segment was left behind: {swept:?}");
 }
 
@@ -140,9 +140,9 @@ async fn sweeper_removes_orphans_only() {
         .await
         .expect("put orphan");
     // Within the grace period nothing is touched (a commit may be in flight).
-    let young = aws.sweep(&path, 3_600_000, now_ms()).await.expect("sweep");
+    let young = aws.sweep(&path, 3_600_000, wall_clock_ms()).await.expect("sweep");
     assert_eq!(young.objects_deleted, 0);
-    let swept = aws.sweep(&path, 0, now_ms() + 1_000).await.expect("sweep");
+    let swept = aws.sweep(&path, 0, wall_clock_ms() + 1_000).await.expect("sweep");
     assert_eq!(swept.objects_deleted, 1, "only the orphan: {swept:?}");
     let chunks = read_all(&s, &path, &meta.incarnation, big.len() as u64).await;
     assert_eq!(chunks.first().map(|c| c.data.clone()), Some(big), "referenced data survives");
@@ -175,7 +175,7 @@ async fn sweeper_removes_orphans_only() {
         .send()
         .await
         .expect("put dead object");
-    let swept = aws.sweep(&path, 3_600_000, now_ms()).await.expect("sweep");
+    let swept = aws.sweep(&path, 3_600_000, wall_clock_ms()).await.expect("sweep");
     assert_eq!(swept, ds_store_aws::cleanup::SweepReport { items_deleted: 1, objects_deleted: 1 });
     let dead =
         s.store.read_chunks(&StreamHandle::detached(&path), "dead-incarnation", 0, 10, usize::MAX).await.expect("read");

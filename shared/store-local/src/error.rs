@@ -6,6 +6,7 @@ use ds_core::StoreError;
 
 /// Why [`crate::LocalStore::open`] failed.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum OpenError {
     #[error("creating the store directory {dir}: {source}")]
     CreateDir { dir: PathBuf, source: std::io::Error },

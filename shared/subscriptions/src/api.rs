@@ -68,19 +68,6 @@ fn json_body<'a, T: Deserialize<'a>>(body: &'a [u8], what: &str) -> SubResult<T>
     serde_json::from_slice(body).map_err(|e| invalid(format!("body is not a valid {what}: {e}")))
 }
 
-/// The literal start of a pattern: every stream it matches begins with it.
-pub fn literal_prefix(pattern: &str) -> String {
-    let mut literal = Vec::new();
-    for segment in pattern.split('/') {
-        match segment {
-            "*" => return literal.iter().map(|s| format!("{s}/")).collect(),
-            "**" => return literal.join("/"),
-            s => literal.push(s),
-        }
-    }
-    pattern.to_owned()
-}
-
 impl Subscriptions {
     /// `PUT …/__ds/subscriptions/{id}` (§6.2). `base_url` (`scheme://host`)
     /// is where the request came in: the base of callback and JWKS URLs.
@@ -141,7 +128,7 @@ impl Subscriptions {
         let mut rec = SubscriptionRecord {
             id: id.to_owned(),
             instance: uuid::Uuid::new_v4().simple().to_string(),
-            created_at_ms: self.now_ms(),
+            created_at_ms: self.clock().now_ms(),
             deleted_at_ms: None,
             config,
             config_hash: hash,
@@ -163,8 +150,8 @@ impl Subscriptions {
     }
 
     async fn backfill(&self, rec: &mut SubscriptionRecord, glob: &Glob) -> SubResult<()> {
-        let prefix = literal_prefix(glob.as_str());
-        let now = self.now_ms();
+        let prefix = reach::literal_prefix(glob.as_str());
+        let now = self.clock().now_ms();
         let mut after: Option<String> = None;
         loop {
             let page = self.store().list_streams_with_prefix(&prefix, after.as_deref(), BACKFILL_PAGE).await?;
@@ -212,7 +199,7 @@ impl Subscriptions {
             let stored = store::read_subscription(self.store(), id).await?;
             let stored = stored.filter(|s| !s.value.is_deleted()).ok_or(SubscriptionError::NotFound)?;
             let mut tomb = stored.value.clone();
-            tomb.deleted_at_ms = Some(self.now_ms());
+            tomb.deleted_at_ms = Some(self.clock().now_ms());
             tomb.wake = None;
             tomb.retry = Retry::default();
             tomb.links.clear();
@@ -349,19 +336,4 @@ fn authorize(rec: &SubscriptionRecord, token: &str, wake_id: &str, generation: u
         return Err(SubscriptionError::Fenced);
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::literal_prefix;
-
-    #[test]
-    fn literal_prefixes() {
-        assert_eq!(literal_prefix("events/*"), "events/");
-        assert_eq!(literal_prefix("events/**"), "events");
-        assert_eq!(literal_prefix("a/b/*/c"), "a/b/");
-        assert_eq!(literal_prefix("*"), "");
-        assert_eq!(literal_prefix("**/x"), "");
-        assert_eq!(literal_prefix("a/b"), "a/b");
-    }
 }

@@ -53,7 +53,7 @@ impl Subscriptions {
                 // Nothing else arms it while it was being sent (`arm`): look
                 // again shortly, to record or send it again.
                 tracing::warn!(subscription = %rec.id, error = %e, "could not record a delivery");
-                self.inner.scheduler.wake_at(&rec.id, self.now_ms() + 1000).await;
+                self.inner.scheduler.wake_at(&rec.id, self.clock().now_ms() + 1000).await;
             }
         }
     }
@@ -75,7 +75,7 @@ impl Subscriptions {
                 return Delivery::Failed;
             }
         };
-        let signature = self.inner.keys.signature_header(self.now_ms() / 1000, &body);
+        let signature = self.inner.keys.signature_header(self.clock().now_ms() / 1000, &body);
         let headers = [("content-type", "application/json"), ("webhook-signature", signature.as_str())];
         match self.inner.http.post(url, &headers, Bytes::from(body)).await {
             Ok((status, reply)) if (200..300).contains(&status) => {
@@ -102,7 +102,8 @@ impl Subscriptions {
     }
 
     async fn append_wake_event(&self, rec: &SubscriptionRecord) -> Delivery {
-        let (Some(path), Some(event)) = (rec.config.wake_stream.as_ref(), view::wake_event(rec, self.now_ms())) else {
+        let (Some(path), Some(event)) = (rec.config.wake_stream.as_ref(), view::wake_event(rec, self.clock().now_ms()))
+        else {
             return Delivery::Failed;
         };
         let request = AppendRequest {

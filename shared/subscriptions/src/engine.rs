@@ -121,9 +121,9 @@ impl Subscriptions {
         Ok(Self { inner: Arc::new(inner) })
     }
 
-    pub(crate) fn now_ms(&self) -> i64 {
-        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-        i64::try_from(now.as_millis()).unwrap_or(i64::MAX)
+    /// The service's clock: every time a record holds or a wake is armed for.
+    pub(crate) fn clock(&self) -> &ds_core::Clock {
+        self.inner.service.clock()
     }
 
     pub(crate) fn store(&self) -> &dyn ds_core::StreamStore {
@@ -169,7 +169,7 @@ impl Subscriptions {
             Err(e) => return Err(e),
         };
         // Also when nothing changed: a restart re-arms persisted times here.
-        self.arm(&rec, self.now_ms()).await;
+        self.arm(&rec, self.clock().now_ms()).await;
         self.deliver_if_due(rec).await;
         Ok(())
     }
@@ -217,7 +217,7 @@ impl Subscriptions {
     /// Current tails of `paths` (`None`: absent, deleted or expired).
     pub(crate) async fn read_tails<'a>(&self, paths: impl Iterator<Item = &'a String>) -> SubResult<Tails> {
         let store = self.store();
-        let now = self.now_ms();
+        let now = self.clock().now_ms();
         let mut tails = Tails::new();
         for path in paths {
             let meta = store.read_meta(&StreamHandle::detached(path)).await?;
@@ -253,9 +253,9 @@ impl Subscriptions {
                 return Err(SubscriptionError::NotFound);
             }
             let tails = self.read_tails(current.value.links.keys()).await?;
-            let now = self.now_ms();
+            let now = self.clock().now_ms();
             let mut next = (*current.value).clone();
-            let out = f(&mut next, &tails, now, &Entropy::fresh())?;
+            let out = f(&mut next, &tails, now, &Entropy::fresh(self.inner.service.random()))?;
             if next == *current.value {
                 return Ok((out, current.value));
             }

@@ -4,6 +4,8 @@
 use ds_core::{ServiceError, StoreError};
 
 #[derive(Debug, thiserror::Error)]
+// Exhaustive on purpose: ds-http's error.rs maps every variant to a status
+// code, and a new variant must fail that build rather than become a 500.
 pub enum SubscriptionError {
     /// Bad input: `400`.
     #[error("{0}")]

@@ -40,10 +40,11 @@ pub mod token;
 mod view;
 pub mod webhook_url;
 
-pub use api::{literal_prefix, PutOutcome};
+pub use api::PutOutcome;
 pub use config::{Config, Kind, DEFAULT_LEASE_TTL_MS, MAX_DESCRIPTION_BYTES, MAX_LEASE_TTL_MS, MIN_LEASE_TTL_MS};
 pub use engine::{Subscriptions, SubscriptionsConfig};
 pub use error::{SubResult, SubscriptionError};
+pub use reach::literal_prefix;
 pub use reach::{Guard, Need, Open};
 pub use schedule::{FeedWakes, InProcWakes, WakeScheduler};
 pub use signing::{FileKeyStore, KeyRing, KeyStore, MemoryKeyStore, RecordKeyStore};

@@ -28,10 +28,10 @@ pub struct Entropy {
 }
 
 impl Entropy {
-    pub fn fresh() -> Self {
-        use rand::Rng;
+    /// A fresh wake id, and a jitter drawn from `random` (the service's).
+    pub fn fresh(random: &ds_core::Random) -> Self {
         let wake_id = format!("w_{}", uuid::Uuid::new_v4().simple());
-        Self { wake_id, jitter: rand::thread_rng().gen::<f64>() }
+        Self { wake_id, jitter: random.unit() }
     }
 }
 

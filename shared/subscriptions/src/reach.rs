@@ -10,9 +10,21 @@
 //! adding explicit streams, reading, claiming — means a subscription shows no
 //! one a name or an offset that person could not `HEAD` themselves.
 
-use crate::api::literal_prefix;
 use crate::config::Config;
 use crate::error::{SubResult, SubscriptionError};
+
+/// The literal start of a pattern: every stream it matches begins with it.
+pub fn literal_prefix(pattern: &str) -> String {
+    let mut literal = Vec::new();
+    for segment in pattern.split('/') {
+        match segment {
+            "*" => return literal.iter().map(|s| format!("{s}/")).collect(),
+            "**" => return literal.join("/"),
+            s => literal.push(s),
+        }
+    }
+    pattern.to_owned()
+}
 
 /// What a caller needs on a stream path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -108,6 +120,16 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use crate::config::parse;
+
+    #[test]
+    fn literal_prefixes() {
+        assert_eq!(literal_prefix("events/*"), "events/");
+        assert_eq!(literal_prefix("events/**"), "events");
+        assert_eq!(literal_prefix("a/b/*/c"), "a/b/");
+        assert_eq!(literal_prefix("*"), "");
+        assert_eq!(literal_prefix("**/x"), "");
+        assert_eq!(literal_prefix("a/b"), "a/b");
+    }
 
     fn config(body: &str) -> Config {
         parse(body.as_bytes(), |_| Ok(())).unwrap()

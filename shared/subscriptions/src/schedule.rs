@@ -15,9 +15,9 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
-use std::time::Duration;
 
 use async_trait::async_trait;
+use ds_core::Clock;
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 use tokio::task::AbortHandle;
 
@@ -38,6 +38,8 @@ struct Timer {
 }
 
 struct Inner {
+    /// What the times are read on (the service's).
+    clock: Clock,
     due: UnboundedSender<String>,
     timers: Mutex<HashMap<String, Timer>>,
     next_token: AtomicU64,
@@ -57,15 +59,11 @@ pub struct InProcWakes {
     inner: Arc<Inner>,
 }
 
-fn now_ms() -> i64 {
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-    i64::try_from(now.as_millis()).unwrap_or(i64::MAX)
-}
-
 impl InProcWakes {
-    pub fn new() -> (Self, UnboundedReceiver<String>) {
+    /// Timers on `clock` (the service's, so a manual one in tests).
+    pub fn new(clock: Clock) -> (Self, UnboundedReceiver<String>) {
         let (due, rx) = unbounded_channel();
-        let inner = Inner { due, timers: Mutex::new(HashMap::new()), next_token: AtomicU64::new(0) };
+        let inner = Inner { clock, due, timers: Mutex::new(HashMap::new()), next_token: AtomicU64::new(0) };
         (Self { inner: Arc::new(inner) }, rx)
     }
 
@@ -76,10 +74,12 @@ impl InProcWakes {
     }
 }
 
-async fn fire(inner: Weak<Inner>, id: String, token: u64, delay: Duration) {
-    if !delay.is_zero() {
-        tokio::time::sleep(delay).await;
-    }
+async fn fire(inner: Weak<Inner>, id: String, token: u64, at_ms: i64) {
+    let wait = match inner.upgrade() {
+        Some(inner) => inner.clock.sleep_until(at_ms),
+        None => return,
+    };
+    wait.await;
     let Some(inner) = inner.upgrade() else { return };
     let mut timers = inner.timers.lock().unwrap_or_else(PoisonError::into_inner);
     if timers.get(&id).is_some_and(|t| t.token == token) {
@@ -93,11 +93,10 @@ async fn fire(inner: Weak<Inner>, id: String, token: u64, delay: Duration) {
 impl WakeScheduler for InProcWakes {
     async fn wake_at(&self, id: &str, at_ms: i64) {
         let token = self.inner.next_token.fetch_add(1, Ordering::Relaxed);
-        let delay = Duration::from_millis(u64::try_from(at_ms.saturating_sub(now_ms())).unwrap_or(0));
         let mut timers = self.inner.timers.lock().unwrap_or_else(PoisonError::into_inner);
         // Spawned under the map lock: the timer cannot look for its entry
         // before it is there.
-        let handle = tokio::spawn(fire(Arc::downgrade(&self.inner), id.to_owned(), token, delay)).abort_handle();
+        let handle = tokio::spawn(fire(Arc::downgrade(&self.inner), id.to_owned(), token, at_ms)).abort_handle();
         if let Some(old) = timers.insert(id.to_owned(), Timer { at_ms, token, handle }) {
             old.handle.abort();
         }

@@ -144,7 +144,11 @@ impl ProcessorEnv {
         upkeep: UpkeepPolicy,
         subscriptions: Option<SubscriptionPlane>,
     ) -> ProcessorFunction {
-        let alarms = Arc::new(RevivalSchedules::new(aws_sdk_scheduler::Client::new(&self.conf), self.revival_target()));
+        let alarms = Arc::new(RevivalSchedules::new(
+            aws_sdk_scheduler::Client::new(&self.conf),
+            self.revival_target(),
+            service.clock().clone(),
+        ));
         let parking = Arc::new(SqsQueue::new(self.sqs.clone(), self.parked_queue_url.clone()));
         let deployment = deploy(&Wiring { service: service.clone(), queue: self.task_queue() });
         ProcessorFunction::new(FunctionParts { aws, service, alarms, parking, deployment, host, upkeep, subscriptions })

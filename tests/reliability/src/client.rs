@@ -40,18 +40,18 @@ impl Target for Tcp {
 }
 
 /// The app served in-process: each connection is an in-memory pipe whose
-/// other end is served by `ds_http::serve_connection` (the real HTTP/1.1
+/// other end is served by `ds_serve::serve_connection` (the real HTTP/1.1
 /// parsing and connection limits, no socket).
 pub struct InProcess {
     pub app: ds_http::App,
-    pub limits: Arc<ds_http::ConnLimits>,
+    pub limits: Arc<ds_serve::ConnLimits>,
 }
 
 impl Target for InProcess {
     fn connect(&self) -> Connecting<'_> {
         Box::pin(async move {
             let (client, server) = tokio::io::duplex(64 * 1024);
-            tokio::spawn(ds_http::serve_connection(server, self.app.clone(), Arc::clone(&self.limits)));
+            tokio::spawn(ds_serve::serve_connection(server, self.app.clone(), Arc::clone(&self.limits)));
             Ok(Box::new(client) as Box<dyn Io>)
         })
     }

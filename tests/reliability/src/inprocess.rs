@@ -1,5 +1,5 @@
 //! The app (what the local server serves) over the memory substrate, served in-process through
-//! `ds_http::serve_connection` (real HTTP/1.1 parsing, no socket), with a
+//! `ds_serve::serve_connection` (real HTTP/1.1 parsing, no socket), with a
 //! panic counter: a panic inside a handler only kills its connection's task,
 //! so it is counted here instead of being lost.
 
@@ -31,18 +31,18 @@ pub fn count_panics() {
 }
 
 /// Short timeouts so stalled and live cases finish quickly.
-pub fn quick_limits() -> (ServiceConfig, ds_http::HttpConfig, ds_http::ConnLimits) {
+pub fn quick_limits() -> (ServiceConfig, ds_http::HttpConfig, ds_serve::ConnLimits) {
     let service = ServiceConfig {
         long_poll_timeout: Duration::from_millis(300),
         sse_max_duration: Duration::from_millis(300),
         ..ServiceConfig::default()
     };
     let http = ds_http::HttpConfig { body_read_timeout: Duration::from_millis(300), ..ds_http::HttpConfig::default() };
-    let conn = ds_http::ConnLimits {
+    let conn = ds_serve::ConnLimits {
         header_read_timeout: Duration::from_millis(300),
         idle_timeout: Duration::from_secs(5),
         send_timeout: Duration::from_secs(2),
-        ..ds_http::ConnLimits::default()
+        ..ds_serve::ConnLimits::default()
     };
     (service, http, conn)
 }

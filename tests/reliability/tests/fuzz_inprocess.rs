@@ -1,5 +1,5 @@
 //! The adversarial campaign against the router over the memory substrate,
-//! in-process (real HTTP/1.1 parsing through `ds_http::serve_connection`).
+//! in-process (real HTTP/1.1 parsing through `ds_serve::serve_connection`).
 //! `DS_FUZZ_REQUESTS` overrides the number of generated requests (5,000).
 #![allow(clippy::unwrap_used)]
 

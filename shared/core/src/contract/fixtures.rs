@@ -1,16 +1,16 @@
 //! Building blocks of the contract tests: unique paths, meta records, and the
 //! core's append loop (lock → read_meta → commit, retry on conflict).
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use bytes::Bytes;
-use rand::Rng;
 
-use crate::{Chunk, Commit, Expect, Op, ProducerState, StoreError, StreamMeta, Substrate};
+use crate::{Chunk, Clock, Commit, Expect, Op, ProducerState, StoreError, StreamMeta, Substrate};
 
-/// Wall-clock epoch milliseconds.
-pub fn now_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+/// The wall clock's reading ([`Clock::system`]), for records made outside
+/// a substrate (a substrate's own clock is `Substrate::clock`).
+pub fn wall_clock_ms() -> i64 {
+    Clock::system().now_ms()
 }
 
 /// A path no other test (or earlier run over the same storage) uses.
@@ -20,7 +20,7 @@ pub fn unique_path(test: &str) -> String {
 
 /// A fresh meta record for `path` at version 0 with a new incarnation.
 pub fn new_meta(path: &str) -> StreamMeta {
-    let now = now_ms();
+    let now = wall_clock_ms();
     StreamMeta {
         path: path.into(),
         incarnation: uuid::Uuid::new_v4().to_string().into(),
@@ -55,7 +55,7 @@ pub fn append_commit(meta: &StreamMeta, data: &Bytes, producer: Option<(&str, Pr
     let mut next = meta.clone();
     next.version += 1;
     next.tail += data.len() as u64;
-    next.touched_at_ms = now_ms().max(meta.touched_at_ms);
+    next.touched_at_ms = wall_clock_ms().max(meta.touched_at_ms);
     let mut commit = Commit::new();
     commit
         .push(Op::PutMeta { meta: next.clone(), expect: Expect::VersionAt { version: meta.version, tail: meta.tail } });
@@ -128,7 +128,7 @@ pub async fn append(s: &Substrate, path: &str, data: Bytes, producer: Option<(&s
 /// Randomized, growing back-off so racing writers spread out.
 pub async fn backoff(attempt: u32) {
     let cap_us = 200u64 << attempt.min(5);
-    let us = rand::thread_rng().gen_range(0..=cap_us);
+    let us = crate::Random::system().in_range(0..=cap_us);
     tokio::time::sleep(Duration::from_micros(us)).await;
 }
 

@@ -3,7 +3,7 @@
 
 use bytes::Bytes;
 
-use super::fixtures::{append, create, new_meta, now_ms, unique_path};
+use super::fixtures::{append, create, new_meta, unique_path, wall_clock_ms};
 use super::SubstrateFactory;
 use crate::{Chunk, Commit, Expect, ForkOrigin, Op, ProducerTriple, StreamMeta};
 
@@ -29,7 +29,7 @@ pub async fn touch_without_version_bump(f: &dyn SubstrateFactory) {
     let o = s.store.read_meta(&s.registry.enter(&other.path)).await.expect("read_meta").expect("exists");
     assert_eq!(o.touched_at_ms, other.touched_at_ms, "a touch of another incarnation is ignored");
     let missing = unique_path("touch-missing");
-    s.store.touch(&s.registry.enter(&missing), "x", now_ms()).await.expect("touching a missing stream is fine");
+    s.store.touch(&s.registry.enter(&missing), "x", wall_clock_ms()).await.expect("touching a missing stream is fine");
     assert_eq!(s.store.read_meta(&s.registry.enter(&missing)).await.expect("read_meta"), None, "touch never creates");
 
     let mut next = meta.clone();

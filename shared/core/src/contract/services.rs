@@ -9,7 +9,7 @@ use bytes::Bytes;
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::time::Instant;
 
-use super::fixtures::{append, create, now_ms, read_all, unique_path};
+use super::fixtures::{append, create, read_all, unique_path, wall_clock_ms};
 use super::SubstrateFactory;
 use crate::{ExpiryDue, ExpiryScheduler, TailSignal};
 
@@ -132,8 +132,8 @@ pub async fn registry_bounded(f: &dyn SubstrateFactory) {
 pub async fn scheduler_accepts_calls(f: &dyn SubstrateFactory) {
     let s = f.instance().await;
     let path = unique_path("scheduler-calls");
-    s.scheduler.schedule_at(&path, "inc", now_ms() + 60_000).await.expect("schedule_at");
-    s.scheduler.schedule_at(&path, "inc", now_ms() + 120_000).await.expect("re-schedule");
+    s.scheduler.schedule_at(&path, "inc", wall_clock_ms() + 60_000).await.expect("schedule_at");
+    s.scheduler.schedule_at(&path, "inc", wall_clock_ms() + 120_000).await.expect("re-schedule");
     s.scheduler.cancel(&path, "inc").await.expect("cancel");
     s.scheduler.cancel(&path, "inc").await.expect("cancelling nothing is fine");
 }
@@ -145,14 +145,14 @@ pub async fn scheduler_fires(scheduler: Arc<dyn ExpiryScheduler>, due: &mut Unbo
     let expect_due = |path: &str| ExpiryDue { path: path.to_owned(), incarnation: "inc".into() };
 
     let fires = unique_path("sched-fires");
-    scheduler.schedule_at(&fires, "inc", now_ms() + 50).await.expect("schedule_at");
+    scheduler.schedule_at(&fires, "inc", wall_clock_ms() + 50).await.expect("schedule_at");
     let got = tokio::time::timeout(WAKE_WITHIN, due.recv()).await;
     assert_eq!(got.ok().flatten(), Some(expect_due(&fires)), "a scheduled alarm fires");
 
     let later = unique_path("sched-later");
     let t0 = Instant::now();
-    scheduler.schedule_at(&later, "inc", now_ms() + 100).await.expect("schedule_at");
-    scheduler.schedule_at(&later, "inc", now_ms() + 600).await.expect("re-schedule later");
+    scheduler.schedule_at(&later, "inc", wall_clock_ms() + 100).await.expect("schedule_at");
+    scheduler.schedule_at(&later, "inc", wall_clock_ms() + 600).await.expect("re-schedule later");
     let got = tokio::time::timeout(WAKE_WITHIN, due.recv()).await;
     assert_eq!(got.ok().flatten(), Some(expect_due(&later)));
     assert!(t0.elapsed() >= Duration::from_millis(450), "re-scheduling later replaced the earlier alarm");
@@ -160,17 +160,17 @@ pub async fn scheduler_fires(scheduler: Arc<dyn ExpiryScheduler>, due: &mut Unbo
 
     let earlier = unique_path("sched-earlier");
     let t0 = Instant::now();
-    scheduler.schedule_at(&earlier, "inc", now_ms() + 60_000).await.expect("schedule_at");
-    scheduler.schedule_at(&earlier, "inc", now_ms() + 50).await.expect("re-schedule earlier");
+    scheduler.schedule_at(&earlier, "inc", wall_clock_ms() + 60_000).await.expect("schedule_at");
+    scheduler.schedule_at(&earlier, "inc", wall_clock_ms() + 50).await.expect("re-schedule earlier");
     let got = tokio::time::timeout(WAKE_WITHIN, due.recv()).await;
     assert_eq!(got.ok().flatten(), Some(expect_due(&earlier)));
     assert!(t0.elapsed() < WAKE_WITHIN, "re-scheduling earlier replaced the later alarm");
 
     let cancelled = unique_path("sched-cancel");
-    scheduler.schedule_at(&cancelled, "inc", now_ms() + 100).await.expect("schedule_at");
+    scheduler.schedule_at(&cancelled, "inc", wall_clock_ms() + 100).await.expect("schedule_at");
     scheduler.cancel(&cancelled, "inc").await.expect("cancel");
     let past = unique_path("sched-past");
-    scheduler.schedule_at(&past, "inc", now_ms() - 1_000).await.expect("schedule in the past");
+    scheduler.schedule_at(&past, "inc", wall_clock_ms() - 1_000).await.expect("schedule in the past");
     let got = tokio::time::timeout(WAKE_WITHIN, due.recv()).await;
     assert_eq!(got.ok().flatten(), Some(expect_due(&past)), "a past deadline fires at once");
     assert!(quiet_for(due, 400).await, "a cancelled alarm never fires");

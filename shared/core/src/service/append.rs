@@ -160,7 +160,7 @@ impl StreamService {
         let mut next = meta;
         next.version += 1;
         next.tail += data.len() as u64;
-        next.touched_at_ms = self.now_ms();
+        next.touched_at_ms = self.clock.now_ms();
         if let Some(seq) = &req.seq {
             next.last_stream_seq = Some(seq.clone());
         }

@@ -56,7 +56,7 @@ impl StreamService {
     }
 
     async fn plan_create(&self, stream: &StreamHandle, req: &CreateRequest) -> ServiceResult<Plan<CreateOutcome>> {
-        let now = self.now_ms();
+        let now = self.clock.now_ms();
         if let Some(existing) = self.sub.store.read_meta(stream).await? {
             if existing.soft_deleted {
                 return Err(ServiceError::Conflict(
@@ -177,7 +177,7 @@ impl StreamService {
     async fn resolve_fork(&self, req: &CreateRequest, f: &ForkRequest) -> ServiceResult<(StreamMeta, u64)> {
         let source = match self.sub.fork_peer.source_meta(&f.source).await? {
             None => return Err(ServiceError::NotFound),
-            Some(m) if m.is_expired(self.now_ms()) => return Err(ServiceError::NotFound),
+            Some(m) if m.is_expired(self.clock.now_ms()) => return Err(ServiceError::NotFound),
             Some(m) if m.soft_deleted => {
                 return Err(ServiceError::Conflict("the fork source is deleted".into()));
             }

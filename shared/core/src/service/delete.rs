@@ -153,7 +153,7 @@ impl StreamService {
         let incarnation = meta.incarnation.clone();
         self.mutate(&stream, |_| async {
             match self.sub.store.read_meta(&stream).await? {
-                Some(m) if m.incarnation == incarnation && !m.soft_deleted && m.is_expired(self.now_ms()) => {
+                Some(m) if m.incarnation == incarnation && !m.soft_deleted && m.is_expired(self.clock.now_ms()) => {
                     self.plan_delete(m).await
                 }
                 _ => Ok(Plan::Done(())),
@@ -174,7 +174,7 @@ impl StreamService {
         if *meta.incarnation != *incarnation || meta.soft_deleted {
             return Ok(());
         }
-        if meta.is_expired(self.now_ms()) {
+        if meta.is_expired(self.clock.now_ms()) {
             self.remove_expired(&meta).await
         } else {
             self.schedule_expiry(&meta).await

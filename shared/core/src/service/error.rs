@@ -6,6 +6,8 @@ use ds_protocol::ProtocolError;
 use crate::StoreError;
 
 #[derive(Debug, thiserror::Error)]
+// Exhaustive on purpose: ds-http's error.rs maps every variant to a status
+// code, and a new variant must fail that build rather than become a 500.
 pub enum ServiceError {
     /// Malformed input (400), with the rule it broke.
     #[error(transparent)]

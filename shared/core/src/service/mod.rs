@@ -17,14 +17,14 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use rand::Rng;
-
 pub use append::{AppendOutcome, AppendRequest};
 pub use create::{CreateOutcome, CreateRequest, ForkRequest};
 pub use error::{ServiceError, ServiceResult};
 pub use journal::JournalPage;
 pub use read::{LiveMode, ReadOutcome, ReadRequest};
 pub use sse::SseStream;
+
+use ds_clock::{Clock, Random};
 
 use crate::{Commit, StoreError, StreamHandle, StreamMeta, Substrate};
 
@@ -52,27 +52,13 @@ impl Default for ServiceConfig {
     }
 }
 
-/// Wall-clock source, injectable so expiry can be tested without sleeping.
-pub trait Clock: Send + Sync + 'static {
-    fn now_ms(&self) -> i64;
-}
-
-/// The system clock.
-pub struct SystemClock;
-
-impl Clock for SystemClock {
-    fn now_ms(&self) -> i64 {
-        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-        i64::try_from(now.as_millis()).unwrap_or(i64::MAX)
-    }
-}
-
 /// The Durable Streams protocol over one [`Substrate`].
 #[derive(Clone)]
 pub struct StreamService {
     sub: Substrate,
     cfg: Arc<ServiceConfig>,
-    clock: Arc<dyn Clock>,
+    /// The substrate's clock (or the one [`Self::with_clock`] set).
+    clock: Clock,
     /// Cancelled on shutdown: live reads (long-poll, SSE) end promptly.
     shutdown: tokio_util::sync::CancellationToken,
     /// Predicted stream states while appends are in flight (pipelining).
@@ -126,17 +112,30 @@ impl StreamService {
             cfg.max_read_bytes = cfg.max_read_bytes.min(cap);
         }
         Self {
+            clock: sub.clock.clone(),
             sub,
             cfg: Arc::new(cfg),
-            clock: Arc::new(SystemClock),
             shutdown: Default::default(),
             speculation: Default::default(),
         }
     }
 
-    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+    /// The service on another clock than its substrate's (a manual one in
+    /// tests of expiry).
+    pub fn with_clock(mut self, clock: Clock) -> Self {
         self.clock = clock;
         self
+    }
+
+    /// The clock everything built on this service reads (expiry, alarms,
+    /// processors, subscriptions).
+    pub fn clock(&self) -> &Clock {
+        &self.clock
+    }
+
+    /// The source of jitter of everything built on this service.
+    pub fn random(&self) -> &Random {
+        &self.sub.random
     }
 
     /// Start shutting down: waiting live readers are answered now (long-poll
@@ -192,10 +191,6 @@ impl StreamService {
 
     pub fn substrate(&self) -> &Substrate {
         &self.sub
-    }
-
-    pub(crate) fn now_ms(&self) -> i64 {
-        self.clock.now_ms()
     }
 
     /// Run one mutation of `path`: under the stream's lock, `plan` reads and
@@ -323,7 +318,7 @@ impl StreamService {
             StoreError::Conflict if attempt < self.cfg.max_commit_attempts => {
                 tracing::debug!(path, attempt, "commit precondition failed; retrying");
                 let cap = 2u64.saturating_pow(attempt.min(7)).min(100);
-                let backoff = rand::thread_rng().gen_range(0..=cap);
+                let backoff = self.sub.random.in_range(0..=cap);
                 tokio::time::sleep(Duration::from_millis(backoff)).await;
                 Ok(())
             }
@@ -375,7 +370,7 @@ impl StreamService {
         match self.meta_for_update(stream, reads).await? {
             None => Err(ServiceError::NotFound),
             Some(meta) if meta.soft_deleted => Err(ServiceError::Gone),
-            Some(meta) if meta.is_expired_by(|| self.now_ms()) => Err(ServiceError::Expired(Box::new(meta))),
+            Some(meta) if meta.is_expired_by(|| self.clock.now_ms()) => Err(ServiceError::Expired(Box::new(meta))),
             Some(meta) => Ok(meta),
         }
     }
@@ -395,7 +390,7 @@ impl StreamService {
     /// Reset the sliding TTL on a read (writes reset it in their commit).
     pub(crate) async fn touch(&self, stream: &StreamHandle, meta: &StreamMeta) {
         if meta.ttl_secs.is_some() && meta.expires_at_ms.is_none() {
-            if let Err(e) = self.sub.store.touch(stream, &meta.incarnation, self.now_ms()).await {
+            if let Err(e) = self.sub.store.touch(stream, &meta.incarnation, self.clock.now_ms()).await {
                 tracing::warn!(path = %meta.path, error = %e, "could not record access for TTL");
             }
         }

@@ -11,7 +11,6 @@ use ds_protocol::headers::is_json;
 use ds_protocol::sse::{control_event, data_event, Control, DataEncoding};
 use ds_protocol::{json, Offset};
 use futures::Stream;
-use rand::Rng;
 use tokio::time::Instant;
 
 use super::{ReadRequest, ServiceError, ServiceResult, StreamService};
@@ -38,8 +37,8 @@ impl StreamService {
     /// The `Stream-Cursor` of a live response (long-poll or SSE control
     /// event), from the service's clock and the client's echoed cursor (§10.1).
     pub fn live_cursor(&self, client_cursor: Option<&str>) -> String {
-        let jitter = rand::thread_rng().gen_range(1..=3600);
-        next_cursor(self.now_ms(), client_cursor, jitter)
+        let jitter = self.random().in_range(1..=3600);
+        next_cursor(self.clock.now_ms(), client_cursor, jitter)
     }
 
     /// Open an SSE read. Errors (404, 410, 400) are returned before any byte

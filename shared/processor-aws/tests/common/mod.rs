@@ -236,14 +236,14 @@ pub fn order(id: &str) -> String {
     json!({ "type": "order/placed", "payload": { "id": id } }).to_string()
 }
 
-pub fn now_ms() -> u64 {
-    u64::try_from(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_millis())
-        .expect("ms")
+/// The wall clock ([`ds_core::Clock::system`]) in the runner's units.
+pub fn wall_ms() -> u64 {
+    u64::try_from(ds_core::Clock::system().now_ms()).expect("after 1970")
 }
 
 /// A deadline a minute away (a Lambda timeout of 60 s).
 pub fn deadline() -> u64 {
-    now_ms() + 60_000
+    wall_ms() + 60_000
 }
 
 /// The `type`s of the JSON entries of `path`, in order.

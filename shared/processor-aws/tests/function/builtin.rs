@@ -51,7 +51,7 @@ async fn builtin_outbox_and_counter_from_the_configuration() {
     let first_batch = pump.next_event();
     // Lambda's default timeout (3 s): shorter than the host's 5 s stop
     // margin, which then shrinks to a quarter of the time left.
-    let delivered = pump.deliver_all(&function, now_ms() + 3_000, 10).await;
+    let delivered = pump.deliver_all(&function, wall_ms() + 3_000, 10).await;
     assert!(delivered.failed.is_empty(), "{delivered:?}");
 
     assert_eq!(entry_types(&svc, "shop-accepted").await, ["order/accepted"; 2], "placed orders only, once each");

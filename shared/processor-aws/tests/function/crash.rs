@@ -86,7 +86,7 @@ async fn a_crash_at_every_boundary_repeats_no_effect_and_skips_no_event() {
     let schedules = SchedulePump::new(&env);
     assert_eq!(schedules.pending().await.len(), 1, "the revival alarm is armed");
     let f = fresh();
-    let far = i64::try_from(now_ms()).expect("ms") + 3_600_000;
+    let far = i64::try_from(wall_ms()).expect("ms") + 3_600_000;
     assert_eq!(schedules.fire_due(&f, far, deadline()).await, 1);
     assert!(pump.deliver_all(&f, deadline(), 10).await.failed.is_empty());
     assert_eq!(tasks.deliver_all(&f, deadline(), 10).await.failed, 0);
@@ -170,7 +170,7 @@ async fn work_the_deadline_interrupts_is_drained_and_revived() {
     let function = env.function_with(|w| world.deployment(w, None), host, Default::default());
     let mut pump = StreamPump::new(&env).await;
     pump.fetch().await;
-    let answer = function.handle(pump.next_event(), now_ms() + 5_500).await.expect("handled");
+    let answer = function.handle(pump.next_event(), wall_ms() + 5_500).await.expect("handled");
     assert_eq!(answer["batchItemFailures"], json!([]), "the revival alarm covers the unfinished work");
     assert_eq!(function.processors().stats().stopped.load(std::sync::atomic::Ordering::Relaxed), 1);
     assert_eq!(acknowledged(&svc, "orders/d").await, 0, "the interrupted event is not acknowledged");
@@ -179,7 +179,7 @@ async fn work_the_deadline_interrupts_is_drained_and_revived() {
 
     pump.skip_pending();
     let f = Arc::new(env.function(|w| world.deployment(w, None)));
-    let far = i64::try_from(now_ms()).expect("ms") + 3_600_000;
+    let far = i64::try_from(wall_ms()).expect("ms") + 3_600_000;
     assert_eq!(schedules.fire_due(&f, far, deadline()).await, 1, "the alarm revives the processor");
     assert_eq!(world.notify.labels(), ["d1"]);
     assert_eq!(entry_types(&svc, RELAYED).await.len(), 1);

@@ -25,7 +25,7 @@ fn fork(path: &str, source: &str, ttl_secs: u64) -> CreateRequest {
 }
 
 fn now_s() -> i64 {
-    i64::try_from(now_ms() / 1000).expect("s")
+    i64::try_from(wall_ms() / 1000).expect("s")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -96,7 +96,7 @@ async fn chunk_inserts_trigger_seals_and_a_crash_between_seal_steps_is_swept() {
     assert!(pump.deliver_all(&function, deadline(), 10).await.failed.is_empty());
     let segments = objects(&env, &format!("segments/{digest}/")).await;
     assert_eq!(segments.len(), 2, "the next chunk insert sealed: {segments:?}");
-    let swept = function.substrate().sweep("orders/s", 0, i64::try_from(now_ms()).expect("ms")).await.expect("sweep");
+    let swept = function.substrate().sweep("orders/s", 0, i64::try_from(wall_ms()).expect("ms")).await.expect("sweep");
     assert_eq!(swept.objects_deleted, 1, "only the orphan was swept");
     assert_eq!(objects(&env, &format!("segments/{digest}/")).await.len(), 1);
 

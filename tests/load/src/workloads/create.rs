@@ -11,8 +11,7 @@ use crate::record::record;
 use anyhow::{bail, Result};
 use futures::{stream, TryStreamExt};
 
-/// Requests in flight (the P7 definition).
-pub const CREATE_IN_FLIGHT: usize = 16;
+pub use crate::metrics::CREATE_IN_FLIGHT;
 const SEQ_MARKER: u64 = 999_999_999_999;
 
 pub async fn run(client: &Client, p: &Params) -> Vec<Outcome> {

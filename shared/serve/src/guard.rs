@@ -14,7 +14,7 @@ use axum::body::Body;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
 
-use crate::serve::ConnLimits;
+use crate::limits::ConnLimits;
 
 /// What a connection is waiting for; decides its read deadline.
 #[derive(Debug, Clone, Copy)]

@@ -1,4 +1,4 @@
-//! The `Date` header of responses the server frames itself ([`crate::h1`]),
+//! The `Date` header of responses the fast path frames itself (`fast.rs`),
 //! formatted once a second per thread, as hyper does for its own.
 
 use std::cell::RefCell;

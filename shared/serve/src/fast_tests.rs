@@ -8,8 +8,13 @@ use axum::Router;
 use bytes::Bytes;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
 
+use axum::body::Body;
+use http::{HeaderValue, Method, StatusCode};
+
 use super::*;
-use crate::serve::{serve_connection, ConnLimits};
+use crate::connection::serve_connection;
+use crate::limits::ConnLimits;
+use crate::parse::{content_length, FAST_BODY_MAX, MAX_HEADERS};
 
 fn parsed(raw: &str) -> Parse {
     parse(raw.as_bytes(), 64 * 1024, &mut Vec::new())
@@ -61,6 +66,21 @@ fn what_hyper_must_decide_is_theirs() {
     assert_eq!(parsed(&big), Parse::Theirs, "a body past FAST_BODY_MAX");
     let many: String = (0..=MAX_HEADERS).map(|i| format!("x-{i}: v\r\n")).collect();
     assert_eq!(parsed(&format!("POST /a HTTP/1.1\r\n{many}\r\n")), Parse::Theirs, "more header lines than hyper takes");
+}
+
+#[test]
+fn connection_lines_are_read_as_hyper_reads_them() {
+    let close = |lines: &str| ours(&format!("POST /a HTTP/1.1\r\n{lines}\r\n")).close;
+    assert!(close("connection: close\r\n"));
+    assert!(close("connection: keep-alive, Close\r\n"));
+    assert!(!close("connection: keep-alive\r\n"));
+    assert!(!close(""));
+    // A value hyper cannot read (not visible ASCII) lists nothing, `close` included.
+    assert!(!close("connection: close, \u{ff}\r\n"));
+    // Later lines: once closed, only `keep-alive` opens it again.
+    assert!(!close("connection: close\r\nconnection: keep-alive\r\n"));
+    assert!(close("connection: close\r\nconnection: other\r\n"));
+    assert!(close("connection: other\r\nconnection: close\r\n"));
 }
 
 #[test]
@@ -322,7 +342,7 @@ async fn shutting_down_closes_an_idle_connection_and_ends_one_in_progress_after_
             }
         }),
     );
-    let server = tokio::spawn(crate::serve::serve(listener, app, ConnLimits::default(), async {
+    let server = tokio::spawn(crate::listen::serve(listener, app, ConnLimits::default(), async {
         let _ = stop_rx.await;
     }));
     let mut idle = tokio::net::TcpStream::connect(addr).await.unwrap();
