@@ -13,7 +13,7 @@ LONG=(
   tests/long/aws-faults.sh  # two servers on one emulator, 20% of DynamoDB and S3 calls faulted
   tests/long/soak.sh        # 10 minutes of mixed load on the local store; curve in bench/results/
   tests/long/idle-rss.sh    # RSS per idle SSE / long-poll reader with 10,000 open; bench/results/
-  tests/long/history.sh     # checked histories: 200,000 ops under kill -9 / AWS / network faults, 50,000 processor events; bench/results/
+  tests/long/history.sh     # checked histories: 200,000 ops under kill -9 / AWS / network faults, 50,000 processor events; tests/history/reports/
 )
 
 declare -A RESULT

@@ -5,10 +5,11 @@
 # AWS store under injected AWS faults and under network faults (>= 200,000
 # in all), 20,000 on a full disk, and 50,000 processor events on AWS under
 # faults with invocations killed mid-batch; fails on any violation.
-# Report: bench/results/<UTC date>-history.md. Sizes: DS_HISTORY_* below.
+# Report: tests/history/reports/<UTC date>.md (a correctness report, not a
+# benchmark: bench/results/ holds measurements with a calibrated load tool). Sizes: DS_HISTORY_* below.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-OUT="${DS_HISTORY_REPORT:-bench/results/$(date -u +%F)-history.md}"
+OUT="${DS_HISTORY_REPORT:-tests/history/reports/$(date -u +%F).md}"
 SEED="${DS_HISTORY_SEED:-$(date +%s)}"
 cargo build -p durable-streams -p ds-history
 export DS_SERVER_BIN="$PWD/target/debug/durable-streams"
