@@ -69,6 +69,7 @@ CALLS="$RUN/calls.json"
 # emulator's account; nothing here reaches AWS).
 export DS_AWS_ALARM_TARGET_ARN="arn:aws:lambda:us-east-1:000000000000:function:lambda-alarm"
 export DS_AWS_SCHEDULER_ROLE_ARN="arn:aws:iam::000000000000:role/durable-streams-scheduler"
+export DS_AWS_SCHEDULE_DEAD_LETTER_ARN="arn:aws:sqs:us-east-1:000000000000:durable-streams-schedule-dlq"
 export DS_LONG_POLL_TIMEOUT=500ms RUST_LOG="${RUST_LOG:-warn}"
 # The suite's webhook receivers listen on 127.0.0.1 (development setting).
 export DS_WEBHOOK_ALLOW_LOOPBACK=1

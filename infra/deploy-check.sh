@@ -4,9 +4,11 @@
 #   1. sam validate --lint (pinned SAM CLI, cfn-lint on the SAM template);
 #   2. infra/deploy/check_template.py --self-test on the template after the SAM
 #      transform (aws-sam-translator, run locally): Function URL streaming, both
-#      AuthType values, IAM against the AWS calls of each function, S3
-#      lifecycle, the Rules over every parameter combination; each check is
-#      also shown to fail on the defect it guards against.
+#      AuthType values, IAM against the AWS calls of each function (no missing
+#      and no unused grant), S3 lifecycle, the Rules over every parameter
+#      combination, failure destinations, dead-letter retention, alarms,
+#      stream view type, reserved concurrency, the scheduler role's trust;
+#      each check is also shown to fail on the defect it guards against.
 # Environment:
 #   DS_OBSERVED_CALLS=FILE   calls each function made through the Lambda runtime
 #                            emulator (written by infra/conformance-lambda.sh): checked too

@@ -11,7 +11,7 @@ Names come from the environment, with the same defaults as the Rust substrate
     DS_AWS_SCHEDULE_GROUP  scheduler group    (default: durable-streams)
 
 The table mirrors template.yaml: keys pk/sk (strings), on-demand billing, a
-NEW_AND_OLD_IMAGES stream and TTL on attribute `ttl`. The bucket gets the
+OLD_IMAGE stream (what the processor function reads) and TTL on attribute `ttl`. The bucket gets the
 lifecycle rule that expires never-committed objects under `pending/`.
 Safe to run again: existing resources are left as they are.
 """
@@ -60,7 +60,7 @@ def main():
             KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"},
                        {"AttributeName": "sk", "KeyType": "RANGE"}],
             BillingMode="PAY_PER_REQUEST",
-            StreamSpecification={"StreamEnabled": True, "StreamViewType": "NEW_AND_OLD_IMAGES"},
+            StreamSpecification={"StreamEnabled": True, "StreamViewType": "OLD_IMAGE"},
         )
         ddb.get_waiter("table_exists").wait(TableName=TABLE)
         ddb.update_time_to_live(TableName=TABLE, TimeToLiveSpecification={

@@ -27,6 +27,17 @@ would otherwise find out the hard way:
   or live objects;
 - the Rules accept exactly the parameter combinations whose waits end at
   least 5 s before the HTTP function's timeout;
+- no function is granted an action its code, its observed calls or its
+  mappings never use (the alarm function's use is known from --observed),
+  and no grant is on "*";
+- nothing fails silently (check_operability.py): on-failure destinations
+  for the asynchronously invoked functions, a dead-letter queue for the
+  schedules the code creates, dead-letter queues keeping messages longer
+  than their sources, alarms on every such queue, on the table stream's
+  iterator age and on every function's errors and throttles (notifying the
+  optional AlarmTopicArn), the stream view type the processor function
+  reads, reserved-concurrency parameters, the scheduler role trusted by this
+  account's schedule groups only, ListStreams on the table's streams only;
 - with --build-dir: `sam build` produced a Linux executable for every function.
 
 Output: one line per check ("ok: ..." / "FAIL: ..."), then
@@ -34,7 +45,6 @@ Output: one line per check ("ok: ..." / "FAIL: ..."), then
 """
 
 import argparse
-import fnmatch
 import itertools
 import json
 import logging
@@ -42,19 +52,11 @@ import os
 import re
 import sys
 
-from samcli.yamlhelper import yaml_parse
+from check_operability import async_destination, check_operability, operability_mutations
+from template_model import (ACCOUNT, ALARM, HTTP, PROCESSOR, REGION, TIMEOUT_MARGIN_MS, Checks, Resolver, active,
+                            allowed, as_list, condition_holds, defaults, forget_transforms, function_env,
+                            load_template, mappings, statements, transform)
 
-REGION, ACCOUNT, STACK = "us-east-1", "123456789012", "ds-check"
-PSEUDO = {
-    "AWS::Region": REGION,
-    "AWS::AccountId": ACCOUNT,
-    "AWS::Partition": "aws",
-    "AWS::StackName": STACK,
-    "AWS::URLSuffix": "amazonaws.com",
-}
-# A wait must end this long before the function timeout (see template.yaml's Rules).
-TIMEOUT_MARGIN_MS = 5_000
-HTTP, ALARM, PROCESSOR = "HttpFunction", "AlarmFunction", "ProcessorFunction"
 
 # AWS API operation -> [(IAM action, resource kind)]. Kinds: table, objects
 # (keys in the bucket), bucket (ListBucket, with the key prefix as s3:prefix),
@@ -94,222 +96,11 @@ TRANSACT_ITEM_ACTIONS = {
 # (Scan is made by the HTTP function: a new subscription's backfill,
 # StreamStore::list_streams_with_prefix.)
 NOT_FROM_LAMBDA = {}
-
-
-class Checks:
-    def __init__(self, quiet=False):
-        self.passed = 0
-        self.failures = []
-        self.quiet = quiet
-
-    @property
-    def failed(self):
-        return len(self.failures)
-
-    def check(self, ok, what, detail=""):
-        if ok:
-            self.passed += 1
-        else:
-            self.failures.append(what)
-        if not self.quiet:
-            print(f"ok: {what}" if ok else f"FAIL: {what}" + (f"\n    {detail}" if detail else ""))
-        return ok
-
-    def note(self, text):
-        if not self.quiet:
-            print(f"note: {text}")
-
-
-# ---------------------------------------------------------------- transform
-
-def load_template(path):
-    with open(path, encoding="utf-8") as f:
-        return yaml_parse(f.read())
-
-
-def transform(sam, params):
-    """The CloudFormation template CloudFormation would run for `params`."""
-    key = json.dumps(params, sort_keys=True)
-    if key not in _TRANSFORMED:
-        _TRANSFORMED[key] = _transform(sam, params)
-    return _TRANSFORMED[key]
-
-
-_TRANSFORMED = {}
-
-
-def _transform(sam, params):
-    import boto3
-    from samtranslator.parser.parser import Parser
-    from samtranslator.translator.translator import Translator
-
-    def no_managed_policy_lookups():
-        raise RuntimeError("the template names a managed policy: that lookup needs IAM (an AWS account)")
-
-    sam = json.loads(json.dumps(sam))
-    for r in sam.get("Resources", {}).values():
-        props = r.get("Properties", {})
-        # A local CodeUri is what `sam build`/`sam package` turn into an S3 object.
-        if r.get("Type") == "AWS::Serverless::Function" and isinstance(props.get("CodeUri"), str) \
-                and not props["CodeUri"].startswith("s3://"):
-            props["CodeUri"] = f"s3://sam-artifacts/{props['CodeUri']}"
-    values = dict(PSEUDO)
-    values.update(params)
-    translator = Translator(None, Parser(), boto_session=boto3.session.Session(region_name=REGION))
-    return translator.translate(sam, parameter_values=values,
-                                get_managed_policy_map=no_managed_policy_lookups)
-
-
-def defaults(sam):
-    return {k: str(v.get("Default")) for k, v in sam.get("Parameters", {}).items() if "Default" in v}
-
-
-class Resolver:
-    """Resolves intrinsics to strings: Ref/GetAtt of resources become
-    symbolic names (`ref:Id`) inside ARNs of the right shape."""
-
-    def __init__(self, cfn, params):
-        self.resources = cfn.get("Resources", {})
-        self.values = dict(PSEUDO)
-        self.values.update(params)
-
-    def arn_of(self, logical_id):
-        kind = self.resources.get(logical_id, {}).get("Type", "")
-        name = self.name_of(logical_id)
-        return {
-            "AWS::DynamoDB::Table": f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/{name}",
-            "AWS::S3::Bucket": f"arn:aws:s3:::{name}",
-            "AWS::IAM::Role": f"arn:aws:iam::{ACCOUNT}:role/{name}",
-            "AWS::Lambda::Function": f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:{name}",
-            "AWS::SQS::Queue": f"arn:aws:sqs:{REGION}:{ACCOUNT}:{name}",
-        }.get(kind, f"arn:unknown:{logical_id}")
-
-    def name_of(self, logical_id):
-        props = self.resources.get(logical_id, {}).get("Properties", {})
-        for key in ("FunctionName", "Name", "TableName", "BucketName", "RoleName"):
-            if key in props:
-                return self.resolve(props[key])
-        return f"ref:{logical_id}"
-
-    def resolve(self, node):
-        if isinstance(node, str):
-            return node
-        if isinstance(node, (int, float, bool)):
-            return str(node).lower() if isinstance(node, bool) else str(node)
-        if isinstance(node, list):
-            return [self.resolve(n) for n in node]
-        if not isinstance(node, dict) or len(node) != 1:
-            return node
-        (fn, arg), = node.items()
-        if fn == "Ref":
-            if arg in self.values:
-                return str(self.values[arg])
-            return self.name_of(arg) if arg in self.resources else f"ref:{arg}"
-        if fn == "Fn::GetAtt":
-            logical_id, attr = arg if isinstance(arg, list) else arg.split(".", 1)
-            return self.arn_of(logical_id) if attr == "Arn" else f"getatt:{logical_id}.{attr}"
-        if fn == "Fn::Sub":
-            text, extra = (arg, {}) if isinstance(arg, str) else (arg[0], arg[1])
-            def sub(m):
-                key = m.group(1)
-                if key in extra:
-                    return self.resolve(extra[key])
-                if "." in key:
-                    return self.resolve({"Fn::GetAtt": key.split(".", 1)})
-                return self.resolve({"Ref": key})
-            return re.sub(r"\$\{([^}!]+)\}", sub, text)
-        if fn == "Fn::Join":
-            return arg[0].join(self.resolve(p) for p in arg[1])
-        return node
-
-
-def condition_holds(cfn, name, params):
-    conditions = cfn.get("Conditions", {})
-
-    def ev(node):
-        if isinstance(node, dict) and len(node) == 1:
-            (fn, arg), = node.items()
-            if fn == "Fn::Equals":
-                return ev(arg[0]) == ev(arg[1])
-            if fn == "Fn::Not":
-                return not ev(arg[0])
-            if fn == "Fn::And":
-                return all(ev(a) for a in arg)
-            if fn == "Fn::Or":
-                return any(ev(a) for a in arg)
-            if fn == "Condition":
-                return ev(conditions[arg])
-            if fn == "Ref":
-                return str(params.get(arg, PSEUDO.get(arg)))
-            if fn == "Fn::Contains":
-                return ev(arg[1]) in [ev(a) for a in arg[0]]
-        if isinstance(node, list):
-            return [ev(n) for n in node]
-        return str(node)
-
-    return bool(ev(conditions[name])) if name in conditions else bool(ev({"Condition": name}))
-
-
-def active(cfn, logical_id, params):
-    cond = cfn["Resources"][logical_id].get("Condition")
-    return cond is None or condition_holds(cfn, cond, params)
-
-
-# ---------------------------------------------------------------- IAM
-
-def statements(cfn, function_id):
-    """Inline policy statements of the function's execution role."""
-    fn = cfn["Resources"][function_id]["Properties"]
-    role_ref = fn.get("Role", {})
-    role_id = role_ref.get("Fn::GetAtt", [None])[0] if isinstance(role_ref, dict) else None
-    role = cfn["Resources"].get(role_id, {}).get("Properties", {})
-    out = []
-    for policy in role.get("Policies", []):
-        stmts = policy["PolicyDocument"]["Statement"]
-        out.extend(stmts if isinstance(stmts, list) else [stmts])
-    return out
-
-
-def as_list(v):
-    return v if isinstance(v, list) else [v]
-
-
-def condition_matches(cond, context):
-    for operator, tests in (cond or {}).items():
-        for key, wanted in tests.items():
-            got = context.get(key)
-            if got is None:
-                return False
-            wanted = [str(w) for w in as_list(wanted)]
-            if operator == "StringEquals" and got not in wanted:
-                return False
-            if operator == "StringLike" and not any(fnmatch.fnmatchcase(got, w) for w in wanted):
-                return False
-            if operator == "Bool" and got.lower() not in [w.lower() for w in wanted]:
-                return False
-            if operator not in ("StringEquals", "StringLike", "Bool"):
-                return False  # unknown operator: do not count it as allowing
-    return True
-
-
-def allowed(stmts, resolver, action, resource, context):
-    def matches(st):
-        actions = [a.lower() for a in as_list(st.get("Action", []))]
-        if not any(fnmatch.fnmatchcase(action.lower(), a) for a in actions):
-            return False
-        resources = [resolver.resolve(r) for r in as_list(st.get("Resource", []))]
-        if not any(fnmatch.fnmatchcase(resource, r) for r in resources):
-            return False
-        return condition_matches(st.get("Condition"), context)
-
-    if any(st.get("Effect") == "Deny" and matches(st) for st in stmts):
-        return False
-    return any(st.get("Effect") == "Allow" and matches(st) for st in stmts)
-
-
-def function_env(cfn, function_id, resolver):
-    env = cfn["Resources"][function_id]["Properties"].get("Environment", {}).get("Variables", {})
-    return {k: resolver.resolve(v) for k, v in env.items()}
+# SDK calls of the substrate the processor function never makes, and why.
+NOT_FROM_PROCESSOR = {
+    "Scan": "a new subscription's backfill (StreamStore::list_streams_with_prefix) runs on a PUT, "
+            "which only the HTTP function serves",
+}
 
 
 def requests_for(operation, env, key_prefixes, transact_actions, resolver=None):
@@ -363,7 +154,7 @@ def check_calls(c, cfn, resolver, function_id, operations, source, key_prefixes,
 def sdk_operations(root, crate="store-aws"):
     """AWS operations a crate's code calls (`.ddb.op()`, `.s3.op()`, `.scheduler.op()`, `.sqs.op()`,
     or on a client named so: `scheduler.op()` where a helper takes the client as an argument)."""
-    ops, transact = set(), set()
+    ops, items, writes_transactions = set(), set(), False
     src_dir = os.path.join(root, "shared", crate, "src")
     with open(os.path.join(src_dir, "lib.rs"), encoding="utf-8") as f:
         lib = f.read()
@@ -383,10 +174,15 @@ def sdk_operations(root, crate="store-aws"):
             for m in re.finditer(r"(?:\.|\b)(?:ddb|s3|scheduler|sqs)\s*\.\s*([a-z0-9_]+)\(\)", text):
                 if m.group(1) != "clone":  # the client handle, not an operation
                     ops.add("".join(part.capitalize() for part in m.group(1).split("_")))
-            if "transact_write_items" in text:
-                for m in re.finditer(r"\b(Put|Update|Delete|ConditionCheck)::builder\(\)", text):
-                    transact.add(TRANSACT_ITEM_ACTIONS[m.group(1)])
-    return ops, transact
+            # Transaction items are built where their DynamoDB types are
+            # imported (plan.rs), not always where the transaction is sent.
+            writes_transactions = writes_transactions or "transact_write_items" in text
+            imported = {n.strip() for group in re.findall(r"use aws_sdk_dynamodb::types::\{?([^};]*)\}?;", text)
+                        for n in group.split(",")}
+            for m in re.finditer(r"\b(Put|Update|Delete|ConditionCheck)::builder\(\)", text):
+                if m.group(1) in imported:
+                    items.add(TRANSACT_ITEM_ACTIONS[m.group(1)])
+    return ops, (items if writes_transactions else set())
 
 
 def object_key_prefixes(root):
@@ -428,6 +224,10 @@ def check_function_url(c, sam):
                     f"{[lid for lid, _ in perms]}")
 
 
+def actions_of(operations, env, prefixes, transact, resolver):
+    return {a for op in operations for a, _, _ in (requests_for(op, env, prefixes, transact, resolver) or [])}
+
+
 def check_iam(c, sam, root, observed):
     params = defaults(sam)
     cfn = transform(sam, params)
@@ -449,15 +249,35 @@ def check_iam(c, sam, root, observed):
     for op in sorted(own):
         c.check(op in IAM_FOR_OPERATION, f"{op} (in shared/processor-aws/src) has an IAM mapping",
                 f"add {op} to IAM_FOR_OPERATION")
-    check_calls(c, cfn, resolver, PROCESSOR, from_lambda | own, "in the code", prefixes, transact | own_transact)
+    processor_ops = {op for op in from_lambda if op not in NOT_FROM_PROCESSOR} | own
+    for op, why in NOT_FROM_PROCESSOR.items():
+        c.note(f"{op} is not made by the processor function: {why}")
+    check_calls(c, cfn, resolver, PROCESSOR, processor_ops, "in the code", prefixes, transact | own_transact)
+    # What each function uses its role for: its code's calls (the alarm
+    # function's only as observed), the calls observed, its mappings.
+    used = {HTTP: actions_of(from_lambda, function_env(cfn, HTTP, resolver), prefixes, transact, resolver),
+            PROCESSOR: actions_of(processor_ops, function_env(cfn, PROCESSOR, resolver), prefixes,
+                                  transact | own_transact, resolver)}
     if observed is None:
         c.note("no --observed calls: the calls seen through the Lambda runtime emulator are checked by make test")
-        return
-    for function_id, by_service in sorted(observed.items()):
+    for function_id, by_service in sorted((observed or {}).items()):
         seen = {op for ops_ in by_service.values() for op in ops_}
         c.check(function_id in cfn["Resources"] and bool(seen), f"{function_id}: calls were observed", f"{by_service}")
         if function_id in cfn["Resources"]:
             check_calls(c, cfn, resolver, function_id, seen, "observed", prefixes, transact)
+            env = function_env(cfn, function_id, resolver)
+            used.setdefault(function_id, set()).update(actions_of(seen, env, prefixes, transact, resolver))
+    for function_id in (HTTP, ALARM, PROCESSOR):
+        stmts = [s for s in statements(cfn, function_id) if s.get("Effect") == "Allow"]
+        unscoped = sorted({a for s in stmts if "*" in as_list(s.get("Resource", [])) for a in as_list(s["Action"])})
+        c.check(not unscoped, f"{function_id}: every grant names its resources", f"on \"*\": {unscoped}")
+        if function_id not in used:
+            continue
+        needs = used[function_id] | {a for a, _ in mapping_needs(cfn, resolver, function_id)}
+        granted = {a for s in stmts for a in as_list(s.get("Action", []))}
+        unused = sorted(a for a in granted if a not in needs)
+        c.check(not unused, f"{function_id}: no unused grant (every action is called by its code or its mappings)",
+                f"granted but never used: {unused}")
 
 
 def check_lifecycle(c, sam, root):
@@ -544,11 +364,25 @@ def check_scheduler_target(c, sam):
             "the scheduler role may invoke the alarm function")
 
 
-def mappings(cfn, function_id):
-    """The event source mappings of a function, by logical id."""
-    return {lid: r["Properties"] for lid, r in cfn["Resources"].items()
-            if r["Type"] == "AWS::Lambda::EventSourceMapping"
-            and r["Properties"].get("FunctionName") in ({"Ref": function_id}, {"Fn::GetAtt": [function_id, "Arn"]})}
+def mapping_needs(cfn, resolver, function_id):
+    """(action, resource) pairs the function's event source mappings and
+    asynchronous-invocation destinations use its role for."""
+    needs = []
+    for m in mappings(cfn, function_id).values():
+        src = m.get("EventSourceArn")
+        arn = resolver.resolve(src)
+        if src == {"Fn::GetAtt": ["StreamsTable", "StreamArn"]}:
+            needs += [(a, arn) for a in ("dynamodb:DescribeStream", "dynamodb:GetRecords",
+                                         "dynamodb:GetShardIterator", "dynamodb:ListStreams")]
+        else:
+            needs += [(a, arn) for a in ("sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes")]
+        dest = m.get("DestinationConfig", {}).get("OnFailure", {}).get("Destination")
+        if dest:
+            needs.append(("sqs:SendMessage", resolver.resolve(dest)))
+    queue = async_destination(cfn, function_id)
+    if queue:
+        needs.append(("sqs:SendMessage", resolver.arn_of(queue)))
+    return needs
 
 
 def check_processor(c, sam):
@@ -603,18 +437,7 @@ def check_processor(c, sam):
         c.check(env.get("DS_PROCESSOR_TASK_QUEUE_URL") == f"ref:{qid}", "tasks are enqueued where the mapping reads")
     # What the mappings do as the function's role.
     stmts = statements(cfn, PROCESSOR)
-    needs = []
-    for m in maps.values():
-        src = m.get("EventSourceArn")
-        arn = resolver.resolve(src)
-        if src == {"Fn::GetAtt": ["StreamsTable", "StreamArn"]}:
-            needs += [(a, arn) for a in ("dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator")]
-            needs.append(("dynamodb:ListStreams", "*"))
-        else:
-            needs += [(a, arn) for a in ("sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes")]
-        dest = m.get("DestinationConfig", {}).get("OnFailure", {}).get("Destination")
-        if dest:
-            needs.append(("sqs:SendMessage", resolver.resolve(dest)))
+    needs = mapping_needs(cfn, resolver, PROCESSOR)
     missing = [f"{a} on {r}" for a, r in needs if not allowed(stmts, resolver, a, r, {})]
     c.check(bool(needs) and not missing, "the processor function's role may do what its event source mappings do",
             "not allowed: " + "; ".join(missing))
@@ -650,6 +473,7 @@ def run_checks(sam, root, observed=None, build_dir=None, quiet=False):
     check_parameters(c, sam)
     check_scheduler_target(c, sam)
     check_processor(c, sam)
+    check_operability(c, sam, root)
     if build_dir:
         check_build(c, sam, build_dir)
     return c
@@ -694,16 +518,16 @@ def self_test(sam, root):
          lambda t: t["Resources"]["ProcessorTableStream"]["Properties"].pop("FilterCriteria"), None, "FilterCriteria"),
         ("a task queue without a dead-letter queue",
          lambda t: t["Resources"]["TaskQueue"]["Properties"].pop("RedrivePolicy"), None, "dead-letters a task"),
-    ]
+    ] + operability_mutations()
     c = Checks()
     for name, mutate, observed, expected in mutations:
         broken = json.loads(json.dumps(sam))
         mutate(broken)
-        _TRANSFORMED.clear()
+        forget_transforms()
         result = run_checks(broken, root, observed, quiet=True)
         caught = [f for f in result.failures if expected in f]
         c.check(bool(caught), f"self-test: the checks catch {name}", f"failures: {result.failures}")
-    _TRANSFORMED.clear()
+    forget_transforms()
     return c
 
 

@@ -3,7 +3,8 @@
 //! `AWS_ENDPOINT_URL` (an emulator, e.g. `infra/aws-emulator/start.sh`),
 //! `AWS_REGION` and credentials, `DS_AWS_TABLE`, `DS_AWS_BUCKET`,
 //! `DS_AWS_SCHEDULE_GROUP`, `DS_AWS_ALARM_TARGET_ARN`,
-//! `DS_AWS_SCHEDULER_ROLE_ARN` (the last two are required against real AWS).
+//! `DS_AWS_SCHEDULER_ROLE_ARN`, `DS_AWS_SCHEDULE_DEAD_LETTER_ARN` (the last
+//! three are required against real AWS).
 //! Expiry alarms fire in the alarm Lambda, not in this process.
 
 use anyhow::Context;

@@ -2,7 +2,7 @@
 //!
 //! | variable | meaning |
 //! | --- | --- |
-//! | `DS_AWS_*` | the substrate (`ds_store_aws::AwsConfig`; `DS_AWS_SCHEDULER_ROLE_ARN` is also the role revival schedules run as) |
+//! | `DS_AWS_*` | the substrate (`ds_store_aws::AwsConfig`; `DS_AWS_SCHEDULER_ROLE_ARN` and `DS_AWS_SCHEDULE_DEAD_LETTER_ARN` are also the role revival schedules run as and where they dead-letter) |
 //! | `DS_PROCESSOR_FUNCTION_ARN` | this function: the revival schedules' target |
 //! | `DS_PROCESSOR_SCHEDULE_GROUP` | the schedule group of revival alarms |
 //! | `DS_PROCESSOR_TASK_QUEUE_URL` | the SQS queue background tasks are handed to |
@@ -63,6 +63,7 @@ where
         schedule_group: env.required("DS_PROCESSOR_SCHEDULE_GROUP")?,
         function_arn: env.required("DS_PROCESSOR_FUNCTION_ARN")?,
         role_arn: cfg.scheduler_role_arn.clone(),
+        dead_letter_arn: cfg.schedule_dead_letter_arn.clone(),
     };
     let alarms = Arc::new(RevivalSchedules::new(aws_sdk_scheduler::Client::new(&sdk), target, service.clock().clone()));
     let parking = Arc::new(SqsQueue::new(sqs, env.required("DS_PROCESSOR_PARKED_QUEUE_URL")?));

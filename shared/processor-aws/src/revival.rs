@@ -82,6 +82,8 @@ pub struct RevivalTarget {
     pub function_arn: String,
     /// The role Scheduler assumes to invoke it.
     pub role_arn: String,
+    /// Where Scheduler puts a revival it could not deliver.
+    pub dead_letter_arn: String,
 }
 
 /// The EventBridge Scheduler [`AlarmScheduler`] (see module docs).
@@ -141,6 +143,7 @@ impl AlarmScheduler for RevivalSchedules {
             name: &name,
             target_arn: &self.target.function_arn,
             role_arn: &self.target.role_arn,
+            dead_letter_arn: &self.target.dead_letter_arn,
             // Plain fields: encoding cannot fail.
             input: serde_json::to_string(&input).unwrap_or_default(),
         };

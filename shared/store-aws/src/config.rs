@@ -33,6 +33,9 @@ pub struct AwsConfig {
     pub alarm_target_arn: String,
     /// Role EventBridge Scheduler assumes to invoke the alarm Lambda.
     pub scheduler_role_arn: String,
+    /// SQS queue every schedule the code creates dead-letters to
+    /// ([`crate::schedules`]); the scheduler role may send to it.
+    pub schedule_dead_letter_arn: String,
     pub inline_threshold: usize,
     pub poll: PollConfig,
     pub registry: RegistryConfig,
@@ -99,6 +102,7 @@ impl AwsConfig {
             schedule_group: DEFAULT_SCHEDULE_GROUP.into(),
             alarm_target_arn: "arn:aws:lambda:us-east-1:000000000000:function:durable-streams-alarm".into(),
             scheduler_role_arn: "arn:aws:iam::000000000000:role/durable-streams-scheduler".into(),
+            schedule_dead_letter_arn: "arn:aws:sqs:us-east-1:000000000000:durable-streams-schedule-dlq".into(),
             inline_threshold: DEFAULT_INLINE_THRESHOLD,
             poll: PollConfig::default(),
             registry: RegistryConfig::default(),
@@ -108,9 +112,10 @@ impl AwsConfig {
     }
 
     /// Read `DS_AWS_TABLE`, `DS_AWS_BUCKET`, `DS_AWS_SCHEDULE_GROUP`,
-    /// `DS_AWS_ALARM_TARGET_ARN`, `DS_AWS_SCHEDULER_ROLE_ARN` and
-    /// `DS_AWS_INLINE_THRESHOLD` (a size: `32768`, `32KiB`). The two ARNs
-    /// are required unless `AWS_ENDPOINT_URL` points at an emulator.
+    /// `DS_AWS_ALARM_TARGET_ARN`, `DS_AWS_SCHEDULER_ROLE_ARN`,
+    /// `DS_AWS_SCHEDULE_DEAD_LETTER_ARN` and `DS_AWS_INLINE_THRESHOLD` (a
+    /// size: `32768`, `32KiB`). The three ARNs are required unless
+    /// `AWS_ENDPOINT_URL` points at an emulator.
     pub fn from_env() -> Result<Self, ConfigError> {
         Self::from_settings(&Settings::from_env())
     }
@@ -128,10 +133,12 @@ impl AwsConfig {
                 *value = v;
             }
         }
-        // Real AWS needs the alarm's target and role; the emulator never calls them.
+        // Real AWS needs the alarm's target, role and dead-letter queue; the
+        // emulator never calls them.
         for (name, value) in [
             ("DS_AWS_ALARM_TARGET_ARN", &mut cfg.alarm_target_arn),
             ("DS_AWS_SCHEDULER_ROLE_ARN", &mut cfg.scheduler_role_arn),
+            ("DS_AWS_SCHEDULE_DEAD_LETTER_ARN", &mut cfg.schedule_dead_letter_arn),
         ] {
             match env.raw(name) {
                 Some(v) => *value = v,

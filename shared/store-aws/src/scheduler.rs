@@ -64,6 +64,7 @@ impl EventBridgeScheduler {
             name: &name,
             target_arn: &b.cfg.alarm_target_arn,
             role_arn: &b.cfg.scheduler_role_arn,
+            dead_letter_arn: &b.cfg.schedule_dead_letter_arn,
             // Three plain fields: encoding cannot fail.
             input: serde_json::to_string(&alarm).unwrap_or_default(),
         };

@@ -2,9 +2,16 @@
 //! alarm take (a stream's expiry, [`crate::scheduler`]; a processor's
 //! revival, `ds-processor-aws`): an `at()` expression in UTC, no flexible
 //! window, deleted by Scheduler once it has fired, created or replaced by
-//! a deterministic name so any instance can re-arm or cancel it.
+//! a deterministic name so any instance can re-arm or cancel it. A schedule
+//! Scheduler cannot deliver is retried ([`DELIVERY_RETRIES`] within
+//! [`DELIVERY_MAX_AGE_SECS`]), then put on the dead-letter queue the
+//! deployment names (`DS_AWS_SCHEDULE_DEAD_LETTER_ARN`): since the schedule
+//! deletes itself after firing, that queue is the only trace of an alarm
+//! that never reached its function.
 
-use aws_sdk_scheduler::types::{ActionAfterCompletion, FlexibleTimeWindow, FlexibleTimeWindowMode, Target};
+use aws_sdk_scheduler::types::{
+    ActionAfterCompletion, DeadLetterConfig, FlexibleTimeWindow, FlexibleTimeWindowMode, RetryPolicy, Target,
+};
 use sha2::{Digest, Sha256};
 
 use crate::error::{classify, AwsError};
@@ -12,13 +19,25 @@ use crate::error::{classify, AwsError};
 /// How soon an overdue alarm fires: Scheduler refuses times in the past.
 pub const OVERDUE_DELAY_MS: i64 = 1_000;
 
+/// Deliveries Scheduler retries (with its own backoff) when it cannot invoke
+/// the target: throttling, the function or role briefly unavailable. The
+/// function's own failures are not retried here: Scheduler invokes it
+/// asynchronously, so they go to the function's on-failure destination.
+pub const DELIVERY_RETRIES: i32 = 10;
+/// How long an undelivered alarm is retried before it is dead-lettered: an
+/// hour late, an expiry or revival had better be seen by an operator (the
+/// dead-letter queue is alarmed) than retried for the default day.
+pub const DELIVERY_MAX_AGE_SECS: i32 = 3_600;
+
 /// What one schedule does when it fires: invoke `target_arn` as `role_arn`
-/// with `input` (the event the target receives).
+/// with `input` (the event the target receives); what it cannot deliver
+/// goes to `dead_letter_arn` (an SQS queue the role may send to).
 pub struct OneShot<'a> {
     pub group: &'a str,
     pub name: &'a str,
     pub target_arn: &'a str,
     pub role_arn: &'a str,
+    pub dead_letter_arn: &'a str,
     pub input: String,
 }
 
@@ -53,6 +72,13 @@ pub async fn upsert(scheduler: &aws_sdk_scheduler::Client, schedule: OneShot<'_>
         .arn(schedule.target_arn)
         .role_arn(schedule.role_arn)
         .input(schedule.input)
+        .retry_policy(
+            RetryPolicy::builder()
+                .maximum_retry_attempts(DELIVERY_RETRIES)
+                .maximum_event_age_in_seconds(DELIVERY_MAX_AGE_SECS)
+                .build(),
+        )
+        .dead_letter_config(DeadLetterConfig::builder().arn(schedule.dead_letter_arn).build())
         .build()
         .map_err(|e| AwsError::Rejected(e.to_string()))?;
     let window = FlexibleTimeWindow::builder()

@@ -91,7 +91,8 @@ pub async fn ensure_resources(conf: &aws_config::SdkConfig, cfg: &AwsConfig) {
         .stream_specification(
             StreamSpecification::builder()
                 .stream_enabled(true)
-                .stream_view_type(StreamViewType::NewAndOldImages)
+                // As template.yaml: the processor function reads old images only.
+                .stream_view_type(StreamViewType::OldImage)
                 .build()
                 .expect("stream"),
         )

@@ -98,6 +98,7 @@ impl ProcessorEnv {
             schedule_group: self.revival_group.clone(),
             function_arn: "arn:aws:lambda:us-east-1:000000000000:function:ds-processor".into(),
             role_arn: self.cfg.scheduler_role_arn.clone(),
+            dead_letter_arn: self.cfg.schedule_dead_letter_arn.clone(),
         }
     }
 

@@ -7,5 +7,6 @@ mod common;
 mod builtin;
 mod crash;
 mod e2e;
+mod revival;
 mod subscriptions;
 mod upkeep;
