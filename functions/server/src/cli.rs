@@ -57,7 +57,7 @@ pub struct ServeArgs {
     /// Largest accepted request body; larger ones get 413.
     #[arg(long, env = "DS_MAX_BODY_BYTES", default_value = "16MiB", value_parser = ds_config::parse_size_usize)]
     pub max_body_bytes: usize,
-    /// Processors configuration file (TOML): run the processors it names in this process (see README, "Processors").
+    /// Processors configuration file (TOML): run the processors it names in this process (see docs/processors.md).
     #[arg(long, env = "DS_PROCESSORS")]
     pub processors: Option<PathBuf>,
     /// Log format.

@@ -11,7 +11,7 @@ use ds_http::Cors;
 
 #[derive(clap::Args, Debug)]
 pub struct SecurityArgs {
-    /// Static API tokens: a JSON file of token digests and grants (see README, "Access control").
+    /// Static API tokens: a JSON file of token digests and grants (see docs/access-control.md).
     #[arg(long, env = "DS_AUTH_TOKENS_FILE")]
     pub auth_tokens_file: Option<PathBuf>,
     /// HS256 JWTs: a file holding the shared secret (at least 32 bytes).

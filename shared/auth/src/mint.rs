@@ -1,4 +1,4 @@
-//! Minting tokens: for tests, benchmarks and the README's examples (a real
+//! Minting tokens: for tests, benchmarks and the examples in docs/ (a real
 //! deployment's JWTs come from its identity provider).
 
 use jsonwebtoken::{encode, Algorithm, EncodingKey, Header};

@@ -44,7 +44,7 @@ pub struct StaticTokens {
 }
 
 impl StaticTokens {
-    /// Parses the JSON token file format (see the README's "Access control").
+    /// Parses the JSON token file format (see docs/access-control.md).
     pub fn from_json(json: &str) -> Result<Self, String> {
         let file: TokenFile = serde_json::from_str(json).map_err(|e| format!("token file: {e}"))?;
         let mut tokens = Vec::with_capacity(file.tokens.len());

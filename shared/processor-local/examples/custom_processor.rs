@@ -1,5 +1,5 @@
 //! Your own processor, registered as a kind next to the built-in ones and
-//! served by your own server binary (the README's worked example):
+//! served by your own server binary (docs/processors.md, "Your own processor"):
 //!
 //! ```sh
 //! cargo run -p ds-processor-local --example custom_processor -- 127.0.0.1:4437

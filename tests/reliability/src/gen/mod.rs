@@ -44,7 +44,8 @@ pub struct Case {
     /// The target names a `..` segment once decoded: a 2xx is a failure.
     pub traversal: bool,
     /// The path is under the reserved `__ds` prefix, which answers a
-    /// documented `501` (README): not counted as a server error.
+    /// documented `501` when no subscription engine serves it
+    /// (`ds_http::reserved`): not counted as a server error.
     pub reserved: bool,
 }
 
