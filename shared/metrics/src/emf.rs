@@ -98,6 +98,29 @@ impl EmfMetrics {
         self.write_line(&self.processor_lag_line(lag));
     }
 
+    /// The EMF document of a count without dimensions (e.g.
+    /// `RevivalFailures`).
+    pub fn count_line(&self, metric: &str, count: u64) -> String {
+        let ts = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0);
+        json!({
+            "_aws": {
+                "Timestamp": ts,
+                "CloudWatchMetrics": [{
+                    "Namespace": self.namespace,
+                    "Dimensions": [[]],
+                    "Metrics": [{"Name": metric, "Unit": "Count"}],
+                }],
+            },
+            metric: count,
+        })
+        .to_string()
+    }
+
+    /// Writes [`Self::count_line`] to the log.
+    pub fn count(&self, metric: &str, count: u64) {
+        self.write_line(&self.count_line(metric, count));
+    }
+
     fn write_line(&self, line: &str) {
         let mut out = self.out.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let _ = writeln!(out, "{line}");

@@ -7,6 +7,7 @@ mod common;
 mod builtin;
 mod crash;
 mod e2e;
+mod lag;
 mod redrive;
 mod revival;
 mod subscriptions;

@@ -69,10 +69,13 @@ async fn a_revival_that_always_fails_lands_on_the_destination_and_a_redrive_runs
     let key = format!("ds-failing-{}", uuid::Uuid::new_v4().simple());
     let emulator = CallCounter::new().expect("the emulator");
     emulator.add_fault_rules(json!({ "service": "dynamodb", "fault": "error", "access_key": key })).await;
-    let failing = env.as_access_key(&key).await.function(|w| world.deployment(w, None));
+    let metrics = Arc::new(RecordedMetrics::default());
+    let failing =
+        env.as_access_key(&key).await.function(|w| world.deployment(w, None)).with_metrics(Arc::clone(&metrics) as _);
     let far = i64::try_from(wall_ms()).expect("ms") + 3_600_000;
     assert_eq!(schedules.fire_due(&failing, far, deadline()).await, 0, "every attempt failed");
     assert!(schedules.pending().await.is_empty(), "Lambda took the event: the schedule deleted itself");
+    assert_eq!(metrics.failed("RevivalFailures"), 3, "each failed attempt is counted");
     assert_eq!(acknowledged(&svc, "orders/f").await, 0, "not caught up");
 
     let operator = operator(&env);
@@ -139,11 +142,14 @@ async fn a_dead_lettered_task_is_redriven_to_its_queue_and_runs_once() {
     let incarnation = svc.head("orders/t").await.expect("head").incarnation.to_string();
     let flaky = Arc::new(Flaky { failing: AtomicBool::new(true), ..Default::default() });
     let handler = Arc::clone(&flaky);
-    let function = env.function(move |_| {
-        let mut tasks = TaskHandlers::new();
-        tasks.register("flaky", handler);
-        Deployment { tasks, ..Default::default() }
-    });
+    let metrics = Arc::new(RecordedMetrics::default());
+    let function = env
+        .function(move |_| {
+            let mut tasks = TaskHandlers::new();
+            tasks.register("flaky", handler);
+            Deployment { tasks, ..Default::default() }
+        })
+        .with_metrics(Arc::clone(&metrics) as _);
     let task = Task {
         handler: "flaky".into(),
         idempotency_key: "t-1".into(),
@@ -155,6 +161,7 @@ async fn a_dead_lettered_task_is_redriven_to_its_queue_and_runs_once() {
     let tasks = SqsPump::new(env.sqs.clone(), &env.task_queue_url);
     let delivered = tasks.deliver_all(&function, deadline(), 10).await;
     assert_eq!((delivered.delivered, delivered.failed), (TEST_MAX_RECEIVES as usize, TEST_MAX_RECEIVES as usize));
+    assert_eq!(metrics.failed("TaskFailures"), u64::from(TEST_MAX_RECEIVES), "each failed delivery is counted");
 
     let operator = operator(&env);
     let letters = operator.list(QueueRole::TaskDeadLetters).await.expect("list");
