@@ -128,16 +128,9 @@ impl ProcessorEnv {
         }
     }
 
-    /// The same resources seen through clients signing with `access_key`
-    /// (moto takes any key): the emulator's fault rules and call counts
-    /// can single out what they do.
-    pub async fn as_access_key(&self, access_key: &str) -> Self {
-        let creds = aws_sdk_sqs::config::Credentials::new(access_key, "test", None, None, "ds-test");
-        let conf = self
-            .conf
-            .to_builder()
-            .credentials_provider(aws_sdk_sqs::config::SharedCredentialsProvider::new(creds))
-            .build();
+    /// The same resources seen through clients made from `conf` (another
+    /// endpoint, other credentials).
+    pub fn with_conf(&self, conf: aws_config::SdkConfig) -> Self {
         Self {
             sqs: aws_sdk_sqs::Client::new(&conf),
             conf,
@@ -148,6 +141,15 @@ impl ProcessorEnv {
             parked_queue_url: self.parked_queue_url.clone(),
             failed_invocations_url: self.failed_invocations_url.clone(),
         }
+    }
+
+    /// The same resources seen through clients signing with `access_key`
+    /// (moto takes any key): the emulator's fault rules and call counts
+    /// can single out what they do.
+    pub fn as_access_key(&self, access_key: &str) -> Self {
+        let creds = aws_sdk_sqs::config::Credentials::new(access_key, "test", None, None, "ds-test");
+        let provider = aws_sdk_sqs::config::SharedCredentialsProvider::new(creds);
+        self.with_conf(self.conf.to_builder().credentials_provider(provider).build())
     }
 
     pub fn task_queue(&self) -> Arc<dyn TaskQueue> {

@@ -71,7 +71,7 @@ async fn a_revival_that_always_fails_lands_on_the_destination_and_a_redrive_runs
     emulator.add_fault_rules(json!({ "service": "dynamodb", "fault": "error", "access_key": key })).await;
     let metrics = Arc::new(RecordedMetrics::default());
     let failing =
-        env.as_access_key(&key).await.function(|w| world.deployment(w, None)).with_metrics(Arc::clone(&metrics) as _);
+        env.as_access_key(&key).function(|w| world.deployment(w, None)).with_metrics(Arc::clone(&metrics) as _);
     let far = i64::try_from(wall_ms()).expect("ms") + 3_600_000;
     assert_eq!(schedules.fire_due(&failing, far, deadline()).await, 0, "every attempt failed");
     assert!(schedules.pending().await.is_empty(), "Lambda took the event: the schedule deleted itself");
