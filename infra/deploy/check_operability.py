@@ -6,7 +6,8 @@ table stream's iterator age and every function's errors and throttles
 the processor function reads, the processor and alarm functions can be given
 reserved concurrency, and the role EventBridge Scheduler assumes trusts only
 this account's schedule groups; a processor-lag alarm watches the processor
-function's EMF metric; the stack outputs what
+function's EMF metric; the chunk bucket keeps deleted objects as noncurrent
+versions for as long as a table restore reaches back; the stack outputs what
 `durable-streams aws redrive` reads. Used by check_template.py (run_checks)."""
 
 import os
@@ -29,6 +30,8 @@ LAG_PARAM = "ProcessorLagAlarmThreshold"
 # The processor function's EMF metric of a processor's lag, in the namespace
 # DS_METRICS_NAMESPACE names (shared/processor-aws/src/lag.rs).
 LAG_METRIC = "ProcessorLag"
+# DynamoDB point-in-time recovery reaches back 35 days.
+PITR_DAYS = 35
 # What `durable-streams aws` reads (docs/aws.md, "Dead letters and redrive").
 REDRIVE_OUTPUTS = ("TaskDeadLetterQueueUrl", "FailedInvocationsQueueUrl", "ScheduleDeadLetterQueueUrl",
                    "ParkedRecordsQueueUrl", "TaskQueueUrl", "RevivalScheduleGroupName", "SchedulerInvokeRoleArn",
@@ -213,6 +216,19 @@ def check_lag_alarm(c, sam, cfn, resolver):
             f"{found}")
 
 
+def check_chunk_versions(c, cfn):
+    bucket = cfn["Resources"]["ChunksBucket"]["Properties"]
+    c.check(bucket.get("VersioningConfiguration", {}).get("Status") == "Enabled",
+            "the chunk bucket is versioned (a table restore can find objects purged since)")
+    days = [int(r["NoncurrentVersionExpiration"]["NoncurrentDays"])
+            for r in bucket.get("LifecycleConfiguration", {}).get("Rules", [])
+            if r.get("Status") == "Enabled" and "NoncurrentVersionExpiration" in r
+            and not r.get("Prefix", r.get("Filter", {}).get("Prefix", ""))]
+    c.check(bool(days) and min(days) >= PITR_DAYS,
+            f"noncurrent chunk versions expire, after the {PITR_DAYS} days a point-in-time restore reaches back",
+            f"NoncurrentDays: {days}")
+
+
 def check_redrive_outputs(c, cfn):
     missing = [o for o in REDRIVE_OUTPUTS if o not in cfn.get("Outputs", {})]
     c.check(not missing, "the stack outputs what `durable-streams aws redrive` reads", f"missing: {missing}")
@@ -265,6 +281,7 @@ def check_operability(c, sam, root):
     check_capacity(c, sam, cfn, root)
     check_scheduler_trust(c, cfn, resolver)
     check_lag_alarm(c, sam, cfn, resolver)
+    check_chunk_versions(c, cfn)
     check_redrive_outputs(c, cfn)
     stmts = statements(cfn, PROCESSOR)
     stream = resolver.resolve({"Fn::GetAtt": ["StreamsTable", "StreamArn"]})
@@ -338,6 +355,13 @@ def operability_mutations():
         ("a processor function writing its EMF lines elsewhere",
          lambda t: props(t, PROCESSOR)["Environment"]["Variables"].pop("DS_METRICS_NAMESPACE"), None,
          "writes its EMF metrics"),
+        ("an unversioned chunk bucket", lambda t: props(t, "ChunksBucket").pop("VersioningConfiguration"), None,
+         "the chunk bucket is versioned"),
+        ("noncurrent chunk versions kept forever", lambda t: props(t, "ChunksBucket").pop("LifecycleConfiguration"),
+         None, "noncurrent chunk versions expire"),
+        ("noncurrent chunk versions gone before a restore could use them",
+         lambda t: props(t, "ChunksBucket")["LifecycleConfiguration"]["Rules"][0]["NoncurrentVersionExpiration"]
+         .__setitem__("NoncurrentDays", 7), None, "noncurrent chunk versions expire"),
         ("no TaskQueueUrl output", lambda t: t["Outputs"].pop("TaskQueueUrl"), None, "aws redrive"),
         ("scheduler:GetSchedule granted to the alarm function (observed calls)",
          lambda t: grant(t, ALARM, "ExpirySchedules", "scheduler:GetSchedule"), alarm_calls,

@@ -287,7 +287,8 @@ def check_lifecycle(c, sam, root):
         if r["Type"] != "AWS::S3::Bucket":
             continue
         for rule in r.get("Properties", {}).get("LifecycleConfiguration", {}).get("Rules", []):
-            expires = any(k in rule for k in ("ExpirationInDays", "ExpirationDate", "NoncurrentVersionExpiration"))
+            # Expiring only noncurrent versions (what a delete left) touches no live object.
+            expires = any(k in rule for k in ("ExpirationInDays", "ExpirationDate"))
             if not expires:
                 continue
             prefix = rule.get("Prefix", rule.get("Filter", {}).get("Prefix", ""))
