@@ -101,7 +101,14 @@ pub async fn subscription_plane(
     let keys = RecordKeyStore::new(Arc::clone(&service.substrate().store));
     let keys = KeyRing::open(&keys).await?;
     let wakes = Arc::new(QueuedWakes::new(delayed, service.clock().clone()));
-    let cfg = SubscriptionsConfig { url_policy: policy, sole_writer: false, ..SubscriptionsConfig::default() };
+    // Deliveries go through the task queue, one message each (see
+    // crate::subscriptions): never in a table-stream invocation.
+    let cfg = SubscriptionsConfig {
+        url_policy: policy,
+        sole_writer: false,
+        deliver_elsewhere: true,
+        ..SubscriptionsConfig::default()
+    };
     let engine = Subscriptions::new(service.clone(), keys, cfg, Arc::clone(&wakes) as Arc<dyn WakeScheduler>)?;
     Ok(SubscriptionPlane::new(engine, wakes))
 }

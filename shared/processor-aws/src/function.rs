@@ -338,10 +338,14 @@ impl ProcessorFunction {
         let mut response = self.tasks.handle(&SqsEvent { records: tasks }).await;
         self.report_failures(FailureKind::Task, response.batch_item_failures.len());
         let Some(plane) = &self.subscriptions else { return response };
-        for message in due {
-            let Some(due) = SubscriptionDue::parse(&message.body) else { continue };
-            if let Err(e) = plane.due(&due).await {
-                tracing::error!(subscription = %due.id, error = %e, "a subscription's time failed; its message comes again");
+        // Concurrently: a slow webhook receiver holds only its own message.
+        let looks = due.iter().filter_map(|message| {
+            let due = SubscriptionDue::parse(&message.body)?;
+            Some(async move { (message, due.id.clone(), plane.due(&due).await) })
+        });
+        for (message, id, looked) in futures::future::join_all(looks).await {
+            if let Err(e) = looked {
+                tracing::error!(subscription = %id, error = %e, "a subscription's time failed; its message comes again");
                 let mut failure = aws_lambda_events::streams::SqsBatchItemFailure::default();
                 failure.item_identifier = Some(message.message_id.clone());
                 response.batch_item_failures.push(failure);
