@@ -24,7 +24,7 @@
 #      stream records of appends made through the Function URL, filtered like
 #      the template's FilterCriteria; delivered twice, relayed once; its EMF
 #      ProcessorLag line for the outbox equals the lag the operator API (the
-#      HTTP function with the same DS_PROCESSORS) reports for it;
+#      HTTP function, restarted with the same DS_PROCESSORS) reports for it;
 #   4. the AWS calls each function made (counted at the emulator) against its
 #      IAM policy in template.yaml (deploy/check_template.py --observed).
 #
@@ -237,6 +237,13 @@ kill "$PLANE_PID" 2>/dev/null || true; wait "$PLANE_PID" 2>/dev/null || true
 # (a redelivery): the target holds each event once.
 while IFS= read -r line; do export "${line?}"; done < <(tool processor-resources)
 tool calls-drop
+# The HTTP function's instances start again with the processors named too
+# (DS_PROCESSORS turns on its operator API, /v1/processors), as the
+# template's Processors parameter configures both functions.
+for entry in "${INSTANCES[@]}"; do
+  [ "${entry% *}" = lambda-http ] || continue
+  kill "${entry#* }" 2>/dev/null || true; wait "${entry#* }" 2>/dev/null || true
+done
 LP_PROCESSORS='[[processor]]
 kind = "outbox"
 slug = "lp-relay"
@@ -244,7 +251,12 @@ streams = "lp/*"
 target = "lp-out"
 create_target = true
 template = { type = "relayed", payload = "$/payload" }'
+DS_PROCESSORS="$LP_PROCESSORS" start_instances lambda-http 2
 DS_PROCESSORS="$LP_PROCESSORS" start_instances lambda-processor 1
+for _ in $(seq 1 100); do
+  curl -fsS "$URL/health" >/dev/null 2>&1 && break
+  sleep 0.2
+done
 put_event() { curl -fsS -o /dev/null -w '%{http_code}' -X "$1" -H 'content-type: application/json' "$URL/v1/stream/lp/1" ${2:+--data "$2"}; }
 [ "$(put_event PUT)" = 201 ] || fail "processor: creating lp/1"
 [ "$(put_event POST '{"type":"order","payload":{"n":1}}')" = 204 ] || fail "processor: append 1"
@@ -269,27 +281,19 @@ say "processor: $("$VPY" -c 'import json,sys; print(len(json.load(open(sys.argv[
 
 # The processor function's EMF lag line (ProcessorLag of lp-relay, written
 # after each invocation) against the operator API's lag for the same
-# processor and stream: the HTTP function with the same DS_PROCESSORS
-# (one instance of its own, another function name on the runtime emulator)
-# answers GET /v1/processors/lp-relay/streams/lp/1.
+# processor and stream: GET /v1/processors/lp-relay/streams/lp/1 of the
+# HTTP function, whose instances run with the same DS_PROCESSORS here.
 emf_lag="$(grep -F '"ProcessorLag"' "$RUN/lambda-processor.log" | grep -F '"processor":"lp-relay"' | tail -n 1 \
   | "$VPY" -c 'import json,sys; line=sys.stdin.read().strip(); print(json.loads(line)["ProcessorLag"] if line else "")')"
 [ -n "$emf_lag" ] || { tail -n 20 "$RUN/lambda-processor.log" >&2; fail "processor: no EMF ProcessorLag line for lp-relay"; }
-AWS_ACCESS_KEY_ID=ds-lambda-http AWS_LAMBDA_RUNTIME_API="http://127.0.0.1:$PORT/.rt/lambda-http-ops" \
-  AWS_LAMBDA_FUNCTION_NAME=lambda-http-ops AWS_LAMBDA_FUNCTION_VERSION=1 AWS_LAMBDA_FUNCTION_MEMORY_SIZE=512 \
-  AWS_LAMBDA_LOG_GROUP_NAME=/aws/lambda/lambda-http-ops AWS_LAMBDA_LOG_STREAM_NAME=instance-1 \
-  DS_PROCESSORS="$LP_PROCESSORS" \
-  "$ROOT/target/debug/lambda-http" >>"$RUN/lambda-http-ops.log" 2>&1 &
-PIDS+=("$!")
-OPS_URL="http://127.0.0.1:$PORT/lambda-url/lambda-http-ops"
 api_lag=""
 for _ in $(seq 1 50); do
-  api_lag="$(curl -fsS "$OPS_URL/v1/processors/lp-relay/streams/lp/1" 2>/dev/null \
+  api_lag="$(curl -fsS "$URL/v1/processors/lp-relay/streams/lp/1" 2>/dev/null \
     | "$VPY" -c 'import json,sys; print(json.load(sys.stdin)["lag"])' 2>/dev/null)" && [ -n "$api_lag" ] && break
   sleep 0.2
 done
 tool calls-add "$CALLS" HttpFunction
-[ -n "$api_lag" ] || { tail -n 20 "$RUN/lambda-http-ops.log" >&2; fail "processor: the operator API did not answer for lp-relay on lp/1"; }
+[ -n "$api_lag" ] || { tail -n 20 "$RUN/lambda-http.log" >&2; fail "processor: the operator API did not answer for lp-relay on lp/1"; }
 [ "$emf_lag" = "$api_lag" ] || fail "processor: EMF ProcessorLag $emf_lag, operator API lag $api_lag"
 say "processor: EMF ProcessorLag of lp-relay = $emf_lag = the operator API's lag for lp-relay on lp/1"
 
