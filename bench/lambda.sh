@@ -28,9 +28,10 @@ trap cleanup EXIT
 
 ZIPS="${DS_BENCH_LAMBDA_ZIPS:-}"
 if [ -z "$ZIPS" ]; then
-  say "building the Lambda zips (bash infra/build-lambda.sh)"
-  bash "$ROOT/infra/build-lambda.sh" >&2
-  ZIPS="${CARGO_TARGET_DIR:-$ROOT/target}/lambda"
+  # This machine's architecture: the zips' bootstraps run here.
+  say "building the Lambda zips (bash infra/build-lambda.sh --arch x86_64)"
+  bash "$ROOT/infra/build-lambda.sh" --arch x86_64 >&2
+  ZIPS="${CARGO_TARGET_DIR:-$ROOT/target}/lambda/x86_64"
 fi
 
 say "starting the AWS emulator"

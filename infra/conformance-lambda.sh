@@ -22,7 +22,9 @@
 #   3. the processor function (one instance, an outbox named by DS_PROCESSORS)
 #      with `cargo lambda invoke` and a real DynamoDB Stream event: the table's
 #      stream records of appends made through the Function URL, filtered like
-#      the template's FilterCriteria; delivered twice, relayed once;
+#      the template's FilterCriteria; delivered twice, relayed once; its EMF
+#      ProcessorLag line for the outbox equals the lag the operator API (the
+#      HTTP function, restarted with the same DS_PROCESSORS) reports for it;
 #   4. the AWS calls each function made (counted at the emulator) against its
 #      IAM policy in template.yaml (deploy/check_template.py --observed).
 #
@@ -235,13 +237,26 @@ kill "$PLANE_PID" 2>/dev/null || true; wait "$PLANE_PID" 2>/dev/null || true
 # (a redelivery): the target holds each event once.
 while IFS= read -r line; do export "${line?}"; done < <(tool processor-resources)
 tool calls-drop
-DS_PROCESSORS='[[processor]]
+# The HTTP function's instances start again with the processors named too
+# (DS_PROCESSORS turns on its operator API, /v1/processors), as the
+# template's Processors parameter configures both functions.
+for entry in "${INSTANCES[@]}"; do
+  [ "${entry% *}" = lambda-http ] || continue
+  kill "${entry#* }" 2>/dev/null || true; wait "${entry#* }" 2>/dev/null || true
+done
+LP_PROCESSORS='[[processor]]
 kind = "outbox"
 slug = "lp-relay"
 streams = "lp/*"
 target = "lp-out"
 create_target = true
-template = { type = "relayed", payload = "$/payload" }' start_instances lambda-processor 1
+template = { type = "relayed", payload = "$/payload" }'
+DS_PROCESSORS="$LP_PROCESSORS" start_instances lambda-http 2
+DS_PROCESSORS="$LP_PROCESSORS" start_instances lambda-processor 1
+for _ in $(seq 1 100); do
+  curl -fsS "$URL/health" >/dev/null 2>&1 && break
+  sleep 0.2
+done
 put_event() { curl -fsS -o /dev/null -w '%{http_code}' -X "$1" -H 'content-type: application/json' "$URL/v1/stream/lp/1" ${2:+--data "$2"}; }
 [ "$(put_event PUT)" = 201 ] || fail "processor: creating lp/1"
 [ "$(put_event POST '{"type":"order","payload":{"n":1}}')" = 204 ] || fail "processor: append 1"
@@ -263,6 +278,24 @@ for round in first redelivered; do
   tool calls-drop
 done
 say "processor: $("$VPY" -c 'import json,sys; print(len(json.load(open(sys.argv[1]))["Records"]))' "$RUN/processor-event.json") stream record(s) of lp/1 → both events relayed to lp-out once, also after a redelivery"
+
+# The processor function's EMF lag line (ProcessorLag of lp-relay, written
+# after each invocation) against the operator API's lag for the same
+# processor and stream: GET /v1/processors/lp-relay/streams/lp/1 of the
+# HTTP function, whose instances run with the same DS_PROCESSORS here.
+emf_lag="$(grep -F '"ProcessorLag"' "$RUN/lambda-processor.log" | grep -F '"processor":"lp-relay"' | tail -n 1 \
+  | "$VPY" -c 'import json,sys; line=sys.stdin.read().strip(); print(json.loads(line)["ProcessorLag"] if line else "")')"
+[ -n "$emf_lag" ] || { tail -n 20 "$RUN/lambda-processor.log" >&2; fail "processor: no EMF ProcessorLag line for lp-relay"; }
+api_lag=""
+for _ in $(seq 1 50); do
+  api_lag="$(curl -fsS "$URL/v1/processors/lp-relay/streams/lp/1" 2>/dev/null \
+    | "$VPY" -c 'import json,sys; print(json.load(sys.stdin)["lag"])' 2>/dev/null)" && [ -n "$api_lag" ] && break
+  sleep 0.2
+done
+tool calls-add "$CALLS" HttpFunction
+[ -n "$api_lag" ] || { tail -n 20 "$RUN/lambda-http.log" >&2; fail "processor: the operator API did not answer for lp-relay on lp/1"; }
+[ "$emf_lag" = "$api_lag" ] || fail "processor: EMF ProcessorLag $emf_lag, operator API lag $api_lag"
+say "processor: EMF ProcessorLag of lp-relay = $emf_lag = the operator API's lag for lp-relay on lp/1"
 
 # ---- 4. the calls each function made against its IAM policy -------------------
 say "AWS calls seen: $(tr -d ' \n' <"$CALLS")"

@@ -13,6 +13,8 @@
 #   DS_OBSERVED_CALLS=FILE   calls each function made through the Lambda runtime
 #                            emulator (written by infra/conformance-lambda.sh): checked too
 #   DS_SAM_BUILD_DIR=DIR     a `sam build` output: every function's bootstrap checked too
+#   DS_LAMBDA_DIR=DIR        `make build-lambda`'s output (DIR/<arch>/<function>/bootstrap.zip):
+#                            every architecture's packages checked too
 # Last line: "deploy-check: N passed, N failed". About 20 s once the venv exists.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -30,4 +32,5 @@ SAM_BIN="$(ds_venv sam-cli "$HERE/sam-cli-constraints.txt" "aws-sam-cli==1.170.0
 ARGS=(--root "$ROOT" --self-test)
 [ -n "${DS_OBSERVED_CALLS:-}" ] && ARGS+=(--observed "$DS_OBSERVED_CALLS")
 [ -n "${DS_SAM_BUILD_DIR:-}" ] && ARGS+=(--build-dir "$DS_SAM_BUILD_DIR")
+[ -n "${DS_LAMBDA_DIR:-}" ] && ARGS+=(--lambda-dir "$DS_LAMBDA_DIR")
 "$SAM_BIN/python" "$HERE/deploy/check_template.py" "${ARGS[@]}"

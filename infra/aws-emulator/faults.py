@@ -30,6 +30,9 @@ class Faults:
       rate       probability that a matching call is faulted (default 1.0)
       delay_ms   for "slow" (default 1000); with other faults, a delay first
       seed       seeds the rule's random choices (default 0)
+      access_key only calls signed with this access key id (default: any), so
+                 one process (one Lambda function's instance) fails while the
+                 others sharing the emulator do not
     "Throttle the next 3 TransactWriteItems" is
       {"service": "dynamodb", "operation": "TransactWriteItems", "fault": "throttle", "count": 3}
     and "a fifth of all S3 calls fail" is {"service": "s3", "fault": "error", "rate": 0.2}.
@@ -49,7 +52,8 @@ class Faults:
     def _rule(spec):
         if not isinstance(spec, dict):
             raise ValueError("a rule is a JSON object")
-        unknown = set(spec) - {"service", "operation", "fault", "count", "rate", "delay_ms", "seed"}
+        unknown = set(spec) - {"service", "operation", "fault", "count", "rate", "delay_ms", "seed",
+                                 "access_key"}
         if unknown:
             raise ValueError(f"unknown rule fields: {sorted(unknown)}")
         kinds = spec.get("fault")
@@ -68,6 +72,7 @@ class Faults:
             "rate": rate,
             "delay_ms": None if spec.get("delay_ms") is None else int(spec["delay_ms"]),
             "seed": int(spec.get("seed", 0)),
+            "access_key": None if spec.get("access_key") is None else str(spec["access_key"]),
             "rng": random.Random(int(spec.get("seed", 0))),
             "fired": 0,
         }
@@ -80,13 +85,16 @@ class Faults:
         with self._lock:
             self.rules.extend(rules)
 
-    def pick(self, service, operation):
-        """(fault, delay_ms) for this call, or None. Counts what it injects."""
+    def pick(self, service, operation, key=None):
+        """(fault, delay_ms) for this call (signed with access key id `key`), or None.
+        Counts what it injects."""
         if not self.rules:  # unlocked fast path: no rules, no cost
             return None
         with self._lock:
             for r in self.rules:
                 if r["service"] not in ("*", service) or r["operation"] not in ("*", operation):
+                    continue
+                if r["access_key"] is not None and r["access_key"] != key:
                     continue
                 if r["count"] is not None and r["fired"] >= r["count"]:
                     continue

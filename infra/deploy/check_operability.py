@@ -5,7 +5,10 @@ table stream's iterator age and every function's errors and throttles
 (notifying an optional SNS topic), the table's stream carries only the image
 the processor function reads, the processor and alarm functions can be given
 reserved concurrency, and the role EventBridge Scheduler assumes trusts only
-this account's schedule groups. Used by check_template.py (run_checks)."""
+this account's schedule groups; a processor-lag alarm watches the processor
+function's EMF metric; the chunk bucket keeps deleted objects as noncurrent
+versions for as long as a table restore reaches back; the stack outputs what
+`durable-streams aws redrive` reads. Used by check_template.py (run_checks)."""
 
 import os
 import re
@@ -23,6 +26,16 @@ ITERATOR_AGE_PARAM = "StreamIteratorAgeAlarmMs"
 # Where the functions' code finds the schedules' dead-letter queue.
 SCHEDULE_DLQ_VAR = "DS_AWS_SCHEDULE_DEAD_LETTER_ARN"
 SQS_DEFAULT_RETENTION = 345_600
+LAG_PARAM = "ProcessorLagAlarmThreshold"
+# The processor function's EMF metric of a processor's lag, in the namespace
+# DS_METRICS_NAMESPACE names (shared/processor-aws/src/lag.rs).
+LAG_METRIC = "ProcessorLag"
+# DynamoDB point-in-time recovery reaches back 35 days.
+PITR_DAYS = 35
+# What `durable-streams aws` reads (docs/aws.md, "Dead letters and redrive").
+REDRIVE_OUTPUTS = ("TaskDeadLetterQueueUrl", "FailedInvocationsQueueUrl", "ScheduleDeadLetterQueueUrl",
+                   "ParkedRecordsQueueUrl", "TaskQueueUrl", "RevivalScheduleGroupName", "SchedulerInvokeRoleArn",
+                   "ScheduleDeadLetterQueueArn", "ProcessorFunctionArn")
 
 
 def evaluate(node, cfn, params):
@@ -187,6 +200,40 @@ def check_alarms(c, sam, cfn, resolver):
             f"wrong actions: {wrong}")
 
 
+def check_lag_alarm(c, sam, cfn, resolver):
+    namespace = function_env(cfn, PROCESSOR, resolver).get("DS_METRICS_NAMESPACE")
+    c.check(namespace == resolver.resolve({"Ref": "MetricsNamespace"}),
+            "the processor function writes its EMF metrics to the MetricsNamespace parameter's namespace",
+            f"DS_METRICS_NAMESPACE = {namespace}")
+    found = [(lid, r["Properties"]) for lid, r in cfn["Resources"].items()
+             if r["Type"] == "AWS::CloudWatch::Alarm" and r["Properties"].get("MetricName") == LAG_METRIC
+             and r["Properties"].get("Namespace") == {"Ref": "MetricsNamespace"}
+             and not r["Properties"].get("Dimensions")]
+    c.check(LAG_PARAM in sam.get("Parameters", {})
+            and any(p.get("Threshold") == {"Ref": LAG_PARAM} and p.get("Statistic") == "Maximum"
+                    and p.get("ComparisonOperator") == "GreaterThanThreshold" for _, p in found),
+            f"an alarm on the processors' {LAG_METRIC} (maximum over every processor) above the {LAG_PARAM} parameter",
+            f"{found}")
+
+
+def check_chunk_versions(c, cfn):
+    bucket = cfn["Resources"]["ChunksBucket"]["Properties"]
+    c.check(bucket.get("VersioningConfiguration", {}).get("Status") == "Enabled",
+            "the chunk bucket is versioned (a table restore can find objects purged since)")
+    days = [int(r["NoncurrentVersionExpiration"]["NoncurrentDays"])
+            for r in bucket.get("LifecycleConfiguration", {}).get("Rules", [])
+            if r.get("Status") == "Enabled" and "NoncurrentVersionExpiration" in r
+            and not r.get("Prefix", r.get("Filter", {}).get("Prefix", ""))]
+    c.check(bool(days) and min(days) >= PITR_DAYS,
+            f"noncurrent chunk versions expire, after the {PITR_DAYS} days a point-in-time restore reaches back",
+            f"NoncurrentDays: {days}")
+
+
+def check_redrive_outputs(c, cfn):
+    missing = [o for o in REDRIVE_OUTPUTS if o not in cfn.get("Outputs", {})]
+    c.check(not missing, "the stack outputs what `durable-streams aws redrive` reads", f"missing: {missing}")
+
+
 def check_capacity(c, sam, cfn, root):
     table = cfn["Resources"]["StreamsTable"]["Properties"]
     view = table.get("StreamSpecification", {}).get("StreamViewType")
@@ -233,6 +280,9 @@ def check_operability(c, sam, root):
     check_alarms(c, sam, cfn, resolver)
     check_capacity(c, sam, cfn, root)
     check_scheduler_trust(c, cfn, resolver)
+    check_lag_alarm(c, sam, cfn, resolver)
+    check_chunk_versions(c, cfn)
+    check_redrive_outputs(c, cfn)
     stmts = statements(cfn, PROCESSOR)
     stream = resolver.resolve({"Fn::GetAtt": ["StreamsTable", "StreamArn"]})
     other = f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/other/stream/2026-01-01T00:00:00.000"
@@ -299,6 +349,20 @@ def operability_mutations():
          lambda t: grant(t, HTTP, "ExpirySchedules", "scheduler:GetSchedule"), None, "HttpFunction: no unused grant"),
         ("dynamodb:Scan granted to the processor function",
          lambda t: grant(t, PROCESSOR, "StreamsTable", "dynamodb:Scan"), None, "ProcessorFunction: no unused grant"),
+        ("no processor-lag alarm", lambda t: t["Resources"].pop("ProcessorLagAlarm"), None, "ProcessorLag"),
+        ("a processor-lag alarm with a fixed threshold", set_prop("ProcessorLagAlarm", "Threshold", 1000), None,
+         "ProcessorLag"),
+        ("a processor function writing its EMF lines elsewhere",
+         lambda t: props(t, PROCESSOR)["Environment"]["Variables"].pop("DS_METRICS_NAMESPACE"), None,
+         "writes its EMF metrics"),
+        ("an unversioned chunk bucket", lambda t: props(t, "ChunksBucket").pop("VersioningConfiguration"), None,
+         "the chunk bucket is versioned"),
+        ("noncurrent chunk versions kept forever", lambda t: props(t, "ChunksBucket").pop("LifecycleConfiguration"),
+         None, "noncurrent chunk versions expire"),
+        ("noncurrent chunk versions gone before a restore could use them",
+         lambda t: props(t, "ChunksBucket")["LifecycleConfiguration"]["Rules"][0]["NoncurrentVersionExpiration"]
+         .__setitem__("NoncurrentDays", 7), None, "noncurrent chunk versions expire"),
+        ("no TaskQueueUrl output", lambda t: t["Outputs"].pop("TaskQueueUrl"), None, "aws redrive"),
         ("scheduler:GetSchedule granted to the alarm function (observed calls)",
          lambda t: grant(t, ALARM, "ExpirySchedules", "scheduler:GetSchedule"), alarm_calls,
          "AlarmFunction: no unused grant"),

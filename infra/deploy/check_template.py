@@ -1,6 +1,7 @@
 """Assertions on template.yaml after the SAM transform, done locally.
 
     python check_template.py --root REPO [--observed CALLS.json] [--build-dir .aws-sam/build]
+        [--lambda-dir target/lambda]
 
 Runs in the SAM CLI venv (aws-sam-translator transforms the template the way
 CloudFormation's AWS::Serverless transform does; no AWS account, credentials
@@ -38,7 +39,11 @@ would otherwise find out the hard way:
   optional AlarmTopicArn), the stream view type the processor function
   reads, reserved-concurrency parameters, the scheduler role trusted by this
   account's schedule groups only, ListStreams on the table's streams only;
-- with --build-dir: `sam build` produced a Linux executable for every function.
+- an Architecture parameter (default arm64, or x86_64) sets every
+  function's architecture (check_packages.py);
+- with --build-dir: `sam build` produced a Linux executable for every function;
+- with --lambda-dir: `make build-lambda` produced, for each architecture, a
+  zip whose bootstrap is a Linux executable for that machine.
 
 Output: one line per check ("ok: ..." / "FAIL: ..."), then
 "deploy-check: N passed, N failed"; exit status 1 on any failure.
@@ -52,7 +57,8 @@ import os
 import re
 import sys
 
-from check_operability import async_destination, check_operability, operability_mutations
+from check_packages import check_architecture, check_packages, package_self_test
+from check_operability import async_destination, check_operability, evaluate, operability_mutations
 from template_model import (ACCOUNT, ALARM, HTTP, PROCESSOR, REGION, TIMEOUT_MARGIN_MS, Checks, Resolver, active,
                             allowed, as_list, condition_holds, defaults, forget_transforms, function_env,
                             load_template, mappings, statements, transform)
@@ -287,7 +293,8 @@ def check_lifecycle(c, sam, root):
         if r["Type"] != "AWS::S3::Bucket":
             continue
         for rule in r.get("Properties", {}).get("LifecycleConfiguration", {}).get("Rules", []):
-            expires = any(k in rule for k in ("ExpirationInDays", "ExpirationDate", "NoncurrentVersionExpiration"))
+            # Expiring only noncurrent versions (what a delete left) touches no live object.
+            expires = any(k in rule for k in ("ExpirationInDays", "ExpirationDate"))
             if not expires:
                 continue
             prefix = rule.get("Prefix", rule.get("Filter", {}).get("Prefix", ""))
@@ -457,15 +464,15 @@ def check_build(c, sam, build_dir):
         path = os.path.join(build_dir, lid, "bootstrap")
         ok = os.path.isfile(path) and os.access(path, os.X_OK)
         head = open(path, "rb").read(20) if ok else b""
-        arch = (r["Properties"].get("Architectures") or sam.get("Globals", {}).get("Function", {})
-                .get("Architectures") or ["x86_64"])[0]
+        cfn = transform(sam, defaults(sam))
+        arch = evaluate(cfn["Resources"][lid]["Properties"].get("Architectures", ["x86_64"]), cfn, defaults(sam))[0]
         machine = {"x86_64": 0x3E, "arm64": 0xB7}[arch]
         is_elf = head[:4] == b"\x7fELF" and head[4] == 2 and int.from_bytes(head[18:20], "little") == machine
         size = os.path.getsize(path) if ok else 0
         c.check(ok and is_elf, f"sam build: {lid}/bootstrap is a 64-bit {arch} Linux executable ({size} bytes)", path)
 
 
-def run_checks(sam, root, observed=None, build_dir=None, quiet=False):
+def run_checks(sam, root, observed=None, build_dir=None, quiet=False, lambda_dir=None):
     c = Checks(quiet)
     check_function_url(c, sam)
     check_iam(c, sam, root, observed)
@@ -474,6 +481,9 @@ def run_checks(sam, root, observed=None, build_dir=None, quiet=False):
     check_scheduler_target(c, sam)
     check_processor(c, sam)
     check_operability(c, sam, root)
+    check_architecture(c, sam)
+    if lambda_dir:
+        check_packages(c, sam, lambda_dir)
     if build_dir:
         check_build(c, sam, build_dir)
     return c
@@ -516,6 +526,8 @@ def self_test(sam, root):
          lambda t: without_sid(t["Resources"], PROCESSOR, "TaskQueue"), None, "ProcessorFunction may call SendMessage"),
         ("a table stream mapping without FilterCriteria",
          lambda t: t["Resources"]["ProcessorTableStream"]["Properties"].pop("FilterCriteria"), None, "FilterCriteria"),
+        ("functions fixed on x86_64", lambda t: t["Globals"]["Function"].__setitem__("Architectures", ["x86_64"]),
+         None, "Architecture=arm64: every function"),
         ("a task queue without a dead-letter queue",
          lambda t: t["Resources"]["TaskQueue"]["Properties"].pop("RedrivePolicy"), None, "dead-letters a task"),
     ] + operability_mutations()
@@ -537,6 +549,7 @@ def main():
     ap.add_argument("--template")
     ap.add_argument("--observed", help="JSON: {FunctionLogicalId: {service: {Operation: count}}}")
     ap.add_argument("--build-dir")
+    ap.add_argument("--lambda-dir", help="make build-lambda's output: <arch>/<function>/bootstrap.zip")
     ap.add_argument("--self-test", action="store_true", help="also check that each check fails on its defect")
     args = ap.parse_args()
     # The translator's metrics are never published: silence its warning about that.
@@ -546,11 +559,12 @@ def main():
     if args.observed:
         with open(args.observed, encoding="utf-8") as f:
             observed = json.load(f)
-    c = run_checks(sam, args.root, observed, args.build_dir)
+    c = run_checks(sam, args.root, observed, args.build_dir, lambda_dir=args.lambda_dir)
     passed, failed = c.passed, c.failed
     if args.self_test:
         t = self_test(sam, args.root)
-        passed, failed = passed + t.passed, failed + t.failed
+        p = package_self_test(sam)
+        passed, failed = passed + t.passed + p.passed, failed + t.failed + p.failed
     print(f"deploy-check: {passed} passed, {failed} failed")
     sys.exit(1 if failed else 0)
 

@@ -87,6 +87,7 @@ def processor_resources():
     sqs = client("sqs")
     tasks = sqs.create_queue(QueueName="durable-streams-tasks")["QueueUrl"]
     parked = sqs.create_queue(QueueName="durable-streams-parked")["QueueUrl"]
+    failed = sqs.create_queue(QueueName="durable-streams-failed-invocations")["QueueUrl"]
     group = "durable-streams-revival"
     sched = client("scheduler")
     try:
@@ -95,6 +96,7 @@ def processor_resources():
         pass
     print(f"DS_PROCESSOR_TASK_QUEUE_URL={tasks}")
     print(f"DS_PROCESSOR_PARKED_QUEUE_URL={parked}")
+    print(f"DS_PROCESSOR_FAILED_INVOCATIONS_QUEUE_URL={failed}")
     print(f"DS_PROCESSOR_SCHEDULE_GROUP={group}")
     print("DS_PROCESSOR_FUNCTION_ARN=arn:aws:lambda:us-east-1:000000000000:function:lambda-processor")
 

@@ -22,6 +22,8 @@ pub enum Command {
     Token(crate::token_cmd::TokenCommand),
     /// Operate hosted processors: list (with lag), show, re-reduce, reprocess-from, skip-through.
     Processors(crate::processors_cmd::ProcessorsArgs),
+    /// An AWS deployment's failures: list dead letters (with the reason), redrive them.
+    Aws(Box<crate::aws_cmd::AwsArgs>),
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,6 +1,7 @@
 //! `durable-streams serve`: the protocol router over the chosen substrate.
 
 mod aws;
+mod aws_cmd;
 mod cli;
 mod processors;
 mod processors_cmd;
@@ -24,6 +25,7 @@ async fn main() -> anyhow::Result<()> {
         }
         Command::Token(cmd) => token_cmd::run(cmd),
         Command::Processors(args) => processors_cmd::run(args).await,
+        Command::Aws(args) => aws_cmd::run(*args).await,
     }
 }
 

@@ -71,7 +71,8 @@ pub struct ProcessorLag<'a> {
 
 impl EmfMetrics {
     /// The EMF document for a processor's lag: metrics `ProcessorLag`
-    /// (Count) and `ProcessorStreams` by `processor`.
+    /// (Count) and `ProcessorStreams` by `processor`, and without a
+    /// dimension (what one alarm watches for every processor).
     pub fn processor_lag_line(&self, lag: &ProcessorLag<'_>) -> String {
         let ts = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0);
         json!({
@@ -79,7 +80,7 @@ impl EmfMetrics {
                 "Timestamp": ts,
                 "CloudWatchMetrics": [{
                     "Namespace": self.namespace,
-                    "Dimensions": [["processor"]],
+                    "Dimensions": [["processor"], []],
                     "Metrics": [
                         {"Name": "ProcessorLag", "Unit": "Count"},
                         {"Name": "ProcessorStreams", "Unit": "Count"},
@@ -96,6 +97,29 @@ impl EmfMetrics {
     /// Writes [`Self::processor_lag_line`] to the log.
     pub fn processor_lag(&self, lag: &ProcessorLag<'_>) {
         self.write_line(&self.processor_lag_line(lag));
+    }
+
+    /// The EMF document of a count without dimensions (e.g.
+    /// `RevivalFailures`).
+    pub fn count_line(&self, metric: &str, count: u64) -> String {
+        let ts = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0);
+        json!({
+            "_aws": {
+                "Timestamp": ts,
+                "CloudWatchMetrics": [{
+                    "Namespace": self.namespace,
+                    "Dimensions": [[]],
+                    "Metrics": [{"Name": metric, "Unit": "Count"}],
+                }],
+            },
+            metric: count,
+        })
+        .to_string()
+    }
+
+    /// Writes [`Self::count_line`] to the log.
+    pub fn count(&self, metric: &str, count: u64) {
+        self.write_line(&self.count_line(metric, count));
     }
 
     fn write_line(&self, line: &str) {
@@ -177,10 +201,24 @@ mod tests {
         let text = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
         let doc: serde_json::Value = serde_json::from_str(text.trim_end()).unwrap();
         let spec = &doc["_aws"]["CloudWatchMetrics"][0];
-        assert_eq!(spec["Dimensions"], serde_json::json!([["processor"]]));
+        assert_eq!(spec["Dimensions"], serde_json::json!([["processor"], []]), "by processor, and over all of them");
         for m in spec["Metrics"].as_array().unwrap() {
             assert!(doc[m["Name"].as_str().unwrap()].is_number(), "{m}");
         }
         assert_eq!((doc["processor"].as_str(), doc["ProcessorLag"].as_u64()), (Some("outbox"), Some(42)));
+    }
+
+    #[test]
+    fn a_count_is_a_valid_emf_document_without_dimensions() {
+        let buf = Buf::default();
+        let m = EmfMetrics::to_writer("DurableStreams", Box::new(buf.clone()));
+        m.count("RevivalFailures", 3);
+        let text = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+        let doc: serde_json::Value = serde_json::from_str(text.trim_end()).unwrap();
+        let spec = &doc["_aws"]["CloudWatchMetrics"][0];
+        assert_eq!(spec["Namespace"], "DurableStreams");
+        assert_eq!(spec["Dimensions"], serde_json::json!([[]]));
+        assert_eq!(spec["Metrics"], serde_json::json!([{"Name": "RevivalFailures", "Unit": "Count"}]));
+        assert_eq!(doc["RevivalFailures"], 3);
     }
 }

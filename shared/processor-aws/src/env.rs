@@ -7,6 +7,7 @@
 //! | `DS_PROCESSOR_SCHEDULE_GROUP` | the schedule group of revival alarms |
 //! | `DS_PROCESSOR_TASK_QUEUE_URL` | the SQS queue background tasks are handed to |
 //! | `DS_PROCESSOR_PARKED_QUEUE_URL` | the SQS queue unreadable stream records are parked in |
+//! | `DS_METRICS_NAMESPACE` | CloudWatch namespace of the EMF lines (processor lag, revival and task failures); `off`: none (default `DurableStreams`) |
 //! | `DS_WEBHOOK_ALLOW_LOOPBACK` | subscriptions may call webhooks on loopback (`http://localhost`, `http://127.0.0.x`): development and tests only |
 
 use std::sync::Arc;
@@ -72,7 +73,8 @@ where
     let subscriptions = subscription_plane(&service, delayed, policy).await.map_err(EnvError::Subscriptions)?;
     let deployment =
         deploy(Wiring { service: service.clone(), queue }).await.map_err(|e| EnvError::Deployment(e.into()))?;
-    Ok(ProcessorFunction::new(FunctionParts {
+    let namespace = env.raw("DS_METRICS_NAMESPACE").unwrap_or_else(|| "DurableStreams".to_owned());
+    let function = ProcessorFunction::new(FunctionParts {
         aws,
         service,
         alarms,
@@ -81,7 +83,11 @@ where
         host: HostConfig::default(),
         upkeep: UpkeepPolicy::default(),
         subscriptions: Some(subscriptions),
-    }))
+    });
+    Ok(match namespace.as_str() {
+        "off" => function,
+        _ => function.with_metrics(Arc::new(ds_metrics::emf::EmfMetrics::stdout(namespace))),
+    })
 }
 
 /// The subscription plane over `service`: the webhook signing key kept in
@@ -95,7 +101,14 @@ pub async fn subscription_plane(
     let keys = RecordKeyStore::new(Arc::clone(&service.substrate().store));
     let keys = KeyRing::open(&keys).await?;
     let wakes = Arc::new(QueuedWakes::new(delayed, service.clock().clone()));
-    let cfg = SubscriptionsConfig { url_policy: policy, sole_writer: false, ..SubscriptionsConfig::default() };
+    // Deliveries go through the task queue, one message each (see
+    // crate::subscriptions): never in a table-stream invocation.
+    let cfg = SubscriptionsConfig {
+        url_policy: policy,
+        sole_writer: false,
+        deliver_elsewhere: true,
+        ..SubscriptionsConfig::default()
+    };
     let engine = Subscriptions::new(service.clone(), keys, cfg, Arc::clone(&wakes) as Arc<dyn WakeScheduler>)?;
     Ok(SubscriptionPlane::new(engine, wakes))
 }

@@ -27,6 +27,7 @@ use serde_json::value::RawValue;
 use serde_json::Value;
 
 use crate::host::{HostConfig, Processors};
+use crate::lag::{FailureKind, PlaneMetrics};
 use crate::queue::{SendError, SqsQueue};
 use crate::record::{sequence_number_of, Meaning, StreamEvent, StreamKey, StreamRecord};
 use crate::revival::RevivalInput;
@@ -133,6 +134,7 @@ pub struct ProcessorFunction {
     tasks: TaskRunner,
     parking: Arc<dyn RecordParking>,
     subscriptions: Option<SubscriptionPlane>,
+    metrics: Option<Arc<dyn PlaneMetrics>>,
 }
 
 /// The doorbells of one stream within a batch.
@@ -171,7 +173,16 @@ impl ProcessorFunction {
             alarms,
             parking,
             subscriptions,
+            metrics: None,
         }
+    }
+
+    /// Reports lag and failures to `metrics` after every invocation (see
+    /// [`crate::lag`]).
+    #[must_use]
+    pub fn with_metrics(mut self, metrics: Arc<dyn PlaneMetrics>) -> Self {
+        self.metrics = Some(metrics);
+        self
     }
 
     pub fn processors(&self) -> &Processors {
@@ -192,13 +203,28 @@ impl ProcessorFunction {
     }
 
     async fn dispatch(&self, payload: Value, deadline_ms: u64) -> Result<Value, FunctionError> {
-        match Invocation::classify(payload)? {
+        let answer = match Invocation::classify(payload)? {
             Invocation::Stream(event) => Ok(to_json(&self.handle_stream(&event, deadline_ms).await)),
             Invocation::Tasks(event) => Ok(to_json(&self.handle_sqs(event).await)),
             Invocation::Revival(input) => {
-                self.handle_revival(&input, deadline_ms).await?;
-                Ok(serde_json::json!({ "revived": input.slug, "path": input.path }))
+                let revived = self.handle_revival(&input, deadline_ms).await;
+                if revived.is_err() {
+                    self.report_failures(FailureKind::Revival, 1);
+                }
+                revived.map(|()| serde_json::json!({ "revived": input.slug, "path": input.path }))
             }
+        };
+        if let Some(metrics) = &self.metrics {
+            for (slug, lag, streams) in self.processors.take_lags() {
+                metrics.processor_lag(&slug, lag, streams);
+            }
+        }
+        answer
+    }
+
+    fn report_failures(&self, what: FailureKind, count: usize) {
+        if let (Some(metrics), true) = (&self.metrics, count > 0) {
+            metrics.failures(what, u64::try_from(count).unwrap_or(u64::MAX));
         }
     }
 
@@ -310,11 +336,16 @@ impl ProcessorFunction {
             None => (Vec::new(), event.records),
         };
         let mut response = self.tasks.handle(&SqsEvent { records: tasks }).await;
+        self.report_failures(FailureKind::Task, response.batch_item_failures.len());
         let Some(plane) = &self.subscriptions else { return response };
-        for message in due {
-            let Some(due) = SubscriptionDue::parse(&message.body) else { continue };
-            if let Err(e) = plane.due(&due).await {
-                tracing::error!(subscription = %due.id, error = %e, "a subscription's time failed; its message comes again");
+        // Concurrently: a slow webhook receiver holds only its own message.
+        let looks = due.iter().filter_map(|message| {
+            let due = SubscriptionDue::parse(&message.body)?;
+            Some(async move { (message, due.id.clone(), plane.due(&due).await) })
+        });
+        for (message, id, looked) in futures::future::join_all(looks).await {
+            if let Err(e) = looked {
+                tracing::error!(subscription = %id, error = %e, "a subscription's time failed; its message comes again");
                 let mut failure = aws_lambda_events::streams::SqsBatchItemFailure::default();
                 failure.item_identifier = Some(message.message_id.clone());
                 response.batch_item_failures.push(failure);

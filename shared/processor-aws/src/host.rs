@@ -29,6 +29,7 @@ use ds_processor_host::{
 };
 
 use crate::journal::DoorbellJournal;
+use crate::lag::LagBook;
 
 /// Runners kept open between invocations; past this many, idle ones are
 /// dropped (a runner costs one progress read to open again).
@@ -85,6 +86,7 @@ pub struct Processors {
     cfg: HostConfig,
     warm: Mutex<HashMap<(String, String), Arc<Warm>>>,
     stats: Arc<HostStats>,
+    lags: LagBook,
 }
 
 /// The service clock's reading in the runner's units (epoch ms, `u64`).
@@ -106,7 +108,7 @@ impl Processors {
         alarms: Arc<dyn AlarmScheduler>,
         cfg: HostConfig,
     ) -> Self {
-        Self { service, registry, alarms, cfg, warm: Mutex::default(), stats: Arc::default() }
+        Self { service, registry, alarms, cfg, warm: Mutex::default(), stats: Arc::default(), lags: LagBook::default() }
     }
 
     pub fn stats(&self) -> &HostStats {
@@ -115,6 +117,18 @@ impl Processors {
 
     pub fn registry(&self) -> &ProcessorRegistry {
         &self.registry
+    }
+
+    /// Each processor's lag at the end of its drives since the last take
+    /// (see [`crate::lag`]): `(slug, max lag, streams)`.
+    pub fn take_lags(&self) -> Vec<(String, u64, u64)> {
+        self.lags.take()
+    }
+
+    fn note_lag(&self, slug: &str, warm: &Warm) {
+        if let Some(tail) = warm.journal.seen_tail() {
+            self.lags.note(slug, tail, warm.runner.runtime_state().acknowledged_through);
+        }
     }
 
     fn warm(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Arc<Warm>>> {
@@ -161,9 +175,11 @@ impl Processors {
             match self.drive(&warm, deadline_ms).await {
                 Driven::CaughtUp => {
                     self.settle_background(&warm, deadline_ms).await;
+                    self.note_lag(&slug, &warm);
                     return Ok(());
                 }
                 Driven::Stopped(report) => {
+                    self.note_lag(&slug, &warm);
                     self.stats.stopped.fetch_add(1, Ordering::Relaxed);
                     self.warm().remove(&key);
                     tracing::warn!(path, %slug, ?report, "stopped at the invocation's deadline");
@@ -182,6 +198,7 @@ impl Processors {
                     self.warm().remove(&key);
                     // Arms the revival alarm if anything observed is unfinished.
                     let report = warm.runner.drain(deadline_ms.saturating_sub(self.margin(deadline_ms) / 2)).await;
+                    self.note_lag(&slug, &warm);
                     tracing::error!(path, %slug, error = %e, ?report, "processor drive failed");
                     return Err(err(e));
                 }

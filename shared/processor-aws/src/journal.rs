@@ -29,6 +29,9 @@ pub struct DoorbellJournal {
     hint: Mutex<Option<StreamIncarnation>>,
     /// `(incarnation, tail)` of the last page read in this drive.
     head: Mutex<Option<(StreamIncarnation, u64)>>,
+    /// The tail the last page read reported (kept when the head is
+    /// forgotten): what the lag figure is measured against.
+    seen_tail: Mutex<Option<u64>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -37,7 +40,18 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 impl DoorbellJournal {
     pub fn new(service: StreamService, path: &str, hint: Option<StreamIncarnation>) -> Self {
-        Self { inner: StreamJournal::new(service, path), hint: Mutex::new(hint), head: Mutex::new(None) }
+        Self {
+            inner: StreamJournal::new(service, path),
+            hint: Mutex::new(hint),
+            head: Mutex::new(None),
+            seen_tail: Mutex::new(None),
+        }
+    }
+
+    /// The stream's tail as the last page read reported it (`None`: no
+    /// page read yet).
+    pub fn seen_tail(&self) -> Option<u64> {
+        *lock(&self.seen_tail)
     }
 
     /// A doorbell rang: the next read goes to the store.
@@ -67,6 +81,7 @@ impl Journal for DoorbellJournal {
         }
         let (entries, tail) = self.inner.read_page(incarnation, after, limit).await?;
         *lock(&self.head) = Some((incarnation.clone(), tail));
+        *lock(&self.seen_tail) = Some(tail);
         Ok(entries)
     }
 

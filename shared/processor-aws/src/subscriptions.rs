@@ -8,6 +8,13 @@
 //! | a subscription's record changed (its `state` record in the stream: created, acked, claimed, released, deleted by the HTTP function, or by another instance of this one) | [`SubscriptionPlane::records_changed`]: read again, then looked at: a wake the change issued is delivered, the record's next time kept |
 //! | a time came (a lease's end, a retry after backoff) | a delayed SQS message on the function's task queue ([`QueuedWakes`]), [`SubscriptionDue`], handled by [`SubscriptionPlane::due`] |
 //!
+//! Webhook deliveries never run in the table-stream invocation: a
+//! subscription due now (a wake the batch issued) is handed to the task
+//! queue as a [`SubscriptionDue`] of its own, undelayed, and delivered by an
+//! SQS invocation, which runs the due messages of its batch concurrently. So
+//! many slow receivers cannot push a stream batch past the function's
+//! timeout, and one slow receiver delays only its own subscription.
+//!
 //! Times go through SQS rather than EventBridge Scheduler because Scheduler
 //! fires within 60 seconds of a schedule's time, while a retry backoff
 //! starts at 1 s and a lease may be 1 s long; SQS delays to the second, up
@@ -190,11 +197,7 @@ impl SubscriptionPlane {
                 failed.push((path.clone(), e.to_string()));
             }
         }
-        // A wake issued here and not delivered stays in its record; the
-        // change stream brings that record back to a later invocation.
-        for (id, e) in self.run_now().await {
-            tracing::warn!(subscription = %id, error = %e, "delivering a wake failed");
-        }
+        self.hand_off_due().await;
         failed
     }
 
@@ -207,44 +210,40 @@ impl SubscriptionPlane {
                 failed.push((id.clone(), e.to_string()));
             }
         }
-        for (id, e) in self.run_now().await {
-            tracing::warn!(subscription = %id, error = %e, "delivering a wake failed");
-        }
+        self.hand_off_due().await;
         failed
+    }
+
+    /// Every subscription due now goes to the task queue, one message each
+    /// (see the module docs); one whose message SQS did not take is run
+    /// here instead. A wake issued and not delivered stays in its record;
+    /// the change stream brings that record back to a later invocation.
+    async fn hand_off_due(&self) {
+        let now = self.wakes.clock.now_ms();
+        for id in self.wakes.take_now() {
+            let body = SubscriptionDue { kind: DueKind::SubscriptionDue, id: id.clone(), at_ms: now };
+            let Err(e) = self.wakes.queue.send_delayed(serde_json::to_string(&body).unwrap_or_default(), 0).await
+            else {
+                continue;
+            };
+            tracing::warn!(subscription = %id, error = %e, "could not hand a delivery to the queue: delivering it here");
+            if let Err(e) = self.engine.run_due(&id).await {
+                tracing::warn!(subscription = %id, error = %e, "delivering a wake failed");
+            }
+        }
     }
 
     /// A subscription's time came (its timer message arrived).
     pub async fn due(&self, due: &SubscriptionDue) -> Result<(), SubscriptionError> {
         self.wakes.arrived(&due.id, due.at_ms);
-        let ran = match self.engine.run_due(&due.id).await {
+        let ran = match self.engine.deliver_due(&due.id).await {
             Ok(()) | Err(SubscriptionError::NotFound) => Ok(()),
             Err(e) => Err(e),
         };
-        let later = self.run_now().await;
-        ran?;
-        later.into_iter().next().map_or(Ok(()), |(_, e)| Err(e))
-    }
-
-    /// Look at every subscription whose time has come (a wake issued by a
-    /// transition of this invocation, to be delivered before it answers).
-    /// Bounded: each round only runs what the previous one asked for, and
-    /// a subscription asks again only when its record changed.
-    async fn run_now(&self) -> Vec<(String, SubscriptionError)> {
-        const ROUNDS: usize = 8;
-        let mut failed = Vec::new();
-        for _ in 0..ROUNDS {
-            let ids = self.wakes.take_now();
-            if ids.is_empty() {
-                break;
-            }
-            for id in ids {
-                match self.engine.run_due(&id).await {
-                    Ok(()) | Err(SubscriptionError::NotFound) => {}
-                    Err(e) => failed.push((id, e)),
-                }
-            }
-        }
-        failed
+        // What came due meanwhile (a new wake the outcome issued) is handed
+        // on, not delivered here.
+        self.hand_off_due().await;
+        ran
     }
 }
 

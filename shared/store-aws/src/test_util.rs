@@ -188,6 +188,10 @@ impl CallCounter {
     }
 
     async fn request(&self, method: &str, path: &str) -> serde_json::Value {
+        self.request_with(method, path, bytes::Bytes::new()).await
+    }
+
+    async fn request_with(&self, method: &str, path: &str, body: bytes::Bytes) -> serde_json::Value {
         let url = format!("{}{path}", self.base);
         let authority = url.trim_start_matches("http://").split('/').next().unwrap_or("").to_owned();
         let stream = tokio::net::TcpStream::connect(&authority).await.expect("connect to the emulator");
@@ -197,11 +201,21 @@ impl CallCounter {
             .method(method)
             .uri(path)
             .header("host", authority)
-            .body(http_body_util::Empty::<bytes::Bytes>::new())
+            .header("content-type", "application/json")
+            .body(http_body_util::Full::new(body))
             .expect("request");
         let resp = sender.send_request(req).await.expect("emulator answers");
         let body = http_body_util::BodyExt::collect(resp.into_body()).await.expect("body").to_bytes();
         serde_json::from_slice(&body).expect("json")
+    }
+
+    /// Adds fault rules (`/_emulator/faults`, see the emulator's README):
+    /// a rule naming an `access_key` fails only the calls of clients
+    /// signing with it, so a test on the shared emulator can make one
+    /// function instance fail and no one else.
+    pub async fn add_fault_rules(&self, rules: serde_json::Value) {
+        let answer = self.request_with("POST", "/_emulator/faults", rules.to_string().into()).await;
+        assert!(answer.get("rules").is_some(), "the emulator took the rules: {answer}");
     }
 
     /// Zero the counts.
@@ -227,7 +241,7 @@ impl CallCounter {
 
 async fn hyper_handshake(
     stream: tokio::net::TcpStream,
-) -> (hyper::client::conn::http1::SendRequest<http_body_util::Empty<bytes::Bytes>>, impl std::future::Future<Output = ()>)
+) -> (hyper::client::conn::http1::SendRequest<http_body_util::Full<bytes::Bytes>>, impl std::future::Future<Output = ()>)
 {
     let io = hyper_util::rt::TokioIo::new(stream);
     let (sender, conn) = hyper::client::conn::http1::handshake(io).await.expect("handshake");

@@ -44,11 +44,23 @@ pub struct SubscriptionsConfig {
     /// claimed", nothing to do) taken on an older copy would not be caught
     /// by the conditional write.
     pub sole_writer: bool,
+    /// A look at a subscription ([`Subscriptions::run_due`], and the looks
+    /// a stream or record change makes) issues wakes but delivers none: a
+    /// wake to deliver is asked of the scheduler for "now", and the host
+    /// delivers it with [`Subscriptions::deliver_due`] where a slow
+    /// receiver holds up nothing else (the AWS processor function: one
+    /// queue message per delivery).
+    pub deliver_elsewhere: bool,
 }
 
 impl Default for SubscriptionsConfig {
     fn default() -> Self {
-        Self { url_policy: UrlPolicy::default(), webhook_timeout: Duration::from_secs(10), sole_writer: true }
+        Self {
+            url_policy: UrlPolicy::default(),
+            webhook_timeout: Duration::from_secs(10),
+            sole_writer: true,
+            deliver_elsewhere: false,
+        }
     }
 }
 
@@ -72,6 +84,8 @@ pub(crate) struct Inner {
     pub policy: UrlPolicy,
     pub scheduler: Arc<dyn WakeScheduler>,
     sole_writer: bool,
+    /// See [`SubscriptionsConfig::deliver_elsewhere`].
+    deliver_elsewhere: bool,
     cache: Mutex<HashMap<String, Cached>>,
     locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// Wake ids whose notification is being sent (one sender per wake).
@@ -113,6 +127,7 @@ impl Subscriptions {
             policy: cfg.url_policy,
             scheduler,
             sole_writer: cfg.sole_writer,
+            deliver_elsewhere: cfg.deliver_elsewhere,
             cache: Mutex::default(),
             locks: Mutex::default(),
             delivering: Mutex::default(),
@@ -163,6 +178,16 @@ impl Subscriptions {
     /// Look at subscription `id` now: end an expired lease, issue a wake for
     /// pending work, deliver a wake not yet delivered.
     pub async fn run_due(&self, id: &str) -> SubResult<()> {
+        self.look(id, !self.inner.deliver_elsewhere).await
+    }
+
+    /// [`Self::run_due`], delivering a wake not yet delivered whatever
+    /// `deliver_elsewhere` says: the host's delivery of one subscription.
+    pub async fn deliver_due(&self, id: &str) -> SubResult<()> {
+        self.look(id, true).await
+    }
+
+    async fn look(&self, id: &str, deliver: bool) -> SubResult<()> {
         let rec = match self.transition(id, |rec, tails, now, e| Ok(machine::tick(rec, tails, now, e))).await {
             Ok((_, rec)) => rec,
             Err(SubscriptionError::NotFound) => return Ok(()),
@@ -170,7 +195,9 @@ impl Subscriptions {
         };
         // Also when nothing changed: a restart re-arms persisted times here.
         self.arm(&rec, self.clock().now_ms()).await;
-        self.deliver_if_due(rec).await;
+        if deliver {
+            self.deliver_if_due(rec).await;
+        }
         Ok(())
     }
 

@@ -17,6 +17,8 @@ use ds_processor_aws::subscriptions::SubscriptionPlane;
 use ds_processor_aws::tasks::TaskQueue;
 use ds_processor_aws::upkeep::UpkeepPolicy;
 
+use crate::asynchronous::AsyncInvoke;
+
 /// Receives after which the test task queue dead-letters a message.
 pub const TEST_MAX_RECEIVES: u32 = 3;
 /// Seconds a received message stays invisible: short, so a test can crash a
@@ -32,6 +34,9 @@ pub struct ProcessorEnv {
     pub task_queue_url: String,
     pub task_dead_letter_url: String,
     pub parked_queue_url: String,
+    /// The processor function's on-failure destination (its
+    /// `EventInvokeConfig`): revivals whose invocations all failed.
+    pub failed_invocations_url: String,
 }
 
 async fn create_queue(sqs: &aws_sdk_sqs::Client, name: &str, redrive: Option<String>) -> String {
@@ -76,7 +81,17 @@ impl ProcessorEnv {
         let redrive = serde_json::json!({ "deadLetterTargetArn": dlq_arn, "maxReceiveCount": TEST_MAX_RECEIVES });
         let task_queue_url = create_queue(&sqs, &format!("dsp-tasks-{id}"), Some(redrive.to_string())).await;
         let parked_queue_url = create_queue(&sqs, &format!("dsp-parked-{id}"), None).await;
-        Some(Self { conf, cfg, revival_group, sqs, task_queue_url, task_dead_letter_url, parked_queue_url })
+        let failed_invocations_url = create_queue(&sqs, &format!("dsp-failed-{id}"), None).await;
+        Some(Self {
+            conf,
+            cfg,
+            revival_group,
+            sqs,
+            task_queue_url,
+            task_dead_letter_url,
+            parked_queue_url,
+            failed_invocations_url,
+        })
     }
 
     /// A substrate instance of its own (like another Lambda instance).
@@ -100,6 +115,41 @@ impl ProcessorEnv {
             role_arn: self.cfg.scheduler_role_arn.clone(),
             dead_letter_arn: self.cfg.schedule_dead_letter_arn.clone(),
         }
+    }
+
+    /// The processor function's asynchronous invocation as template.yaml
+    /// configures it, failures sent to [`Self::failed_invocations_url`].
+    pub fn async_invoke(&self) -> AsyncInvoke {
+        AsyncInvoke {
+            function_arn: self.revival_target().function_arn,
+            maximum_retry_attempts: crate::template::async_retry_attempts("ProcessorFunction"),
+            on_failure_url: self.failed_invocations_url.clone(),
+            sqs: self.sqs.clone(),
+        }
+    }
+
+    /// The same resources seen through clients made from `conf` (another
+    /// endpoint, other credentials).
+    pub fn with_conf(&self, conf: aws_config::SdkConfig) -> Self {
+        Self {
+            sqs: aws_sdk_sqs::Client::new(&conf),
+            conf,
+            cfg: self.cfg.clone(),
+            revival_group: self.revival_group.clone(),
+            task_queue_url: self.task_queue_url.clone(),
+            task_dead_letter_url: self.task_dead_letter_url.clone(),
+            parked_queue_url: self.parked_queue_url.clone(),
+            failed_invocations_url: self.failed_invocations_url.clone(),
+        }
+    }
+
+    /// The same resources seen through clients signing with `access_key`
+    /// (moto takes any key): the emulator's fault rules and call counts
+    /// can single out what they do.
+    pub fn as_access_key(&self, access_key: &str) -> Self {
+        let creds = aws_sdk_sqs::config::Credentials::new(access_key, "test", None, None, "ds-test");
+        let provider = aws_sdk_sqs::config::SharedCredentialsProvider::new(creds);
+        self.with_conf(self.conf.to_builder().credentials_provider(provider).build())
     }
 
     pub fn task_queue(&self) -> Arc<dyn TaskQueue> {

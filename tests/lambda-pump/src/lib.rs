@@ -10,7 +10,9 @@
 //!   [`template`]), builds the Lambda event and invokes the function, with
 //!   `ReportBatchItemFailures` semantics (a failed record and everything
 //!   after it is delivered again). It also plays the table's TTL.
-//! - [`SchedulePump`]: fires revival schedules into the function.
+//! - [`SchedulePump`]: fires revival schedules into the function, as
+//!   Lambda's asynchronous invocation ([`AsyncInvoke`]: retries, then the
+//!   on-failure destination with Lambda's invocation record).
 //! - [`SqsPump`]: delivers a queue's messages as Lambda's SQS event source
 //!   does (reported failures come back; the queue's redrive policy
 //!   dead-letters them).
@@ -22,12 +24,14 @@
 //! [`ProcessorEnv`] gives each test its own table (so its own stream
 //! shard), bucket, schedule groups and queues on the shared emulator.
 
+mod asynchronous;
 mod env;
 mod scheduler;
 mod sqs;
 mod streams;
 pub mod template;
 
+pub use asynchronous::{AsyncInvoke, AsyncOutcome};
 pub use env::{ProcessorEnv, TEST_MAX_RECEIVES, TEST_VISIBILITY_SECS};
 pub use scheduler::SchedulePump;
 pub use sqs::{SqsDelivery, SqsPump};

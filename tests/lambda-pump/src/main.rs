@@ -13,12 +13,15 @@
 //! `<invoke-url>`: `http://127.0.0.1:PORT/2015-03-31/functions/NAME/invocations`
 //! (loopback only). Environment: the emulator's `AWS_ENDPOINT_URL` and
 //! credentials, `DS_AWS_TABLE`, `DS_PROCESSOR_TASK_QUEUE_URL`,
-//! `DS_PROCESSOR_SCHEDULE_GROUP`; `DS_PUMP_INTERVAL_MS` (default 100).
+//! `DS_PROCESSOR_SCHEDULE_GROUP`; `DS_PROCESSOR_FAILED_INVOCATIONS_QUEUE_URL`
+//! (optional: schedules are then invoked as Lambda's asynchronous
+//! invocation, failures ending there with the template's retry count);
+//! `DS_PUMP_INTERVAL_MS` (default 100).
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context};
-use ds_lambda_pump::{Invoke, SchedulePump, SqsPump, StreamPump};
+use ds_lambda_pump::{template, AsyncInvoke, Invoke, SchedulePump, SqsPump, StreamPump};
 use serde_json::Value;
 
 /// The function behind a runtime emulator's Invoke API.
@@ -62,7 +65,15 @@ async fn main() -> anyhow::Result<()> {
     let function = Remote { http: reqwest::Client::new(), url };
     let mut stream = StreamPump::for_table(&conf, &var("DS_AWS_TABLE")?).await;
     let tasks = SqsPump::new(aws_sdk_sqs::Client::new(&conf), &var("DS_PROCESSOR_TASK_QUEUE_URL")?);
-    let schedules = SchedulePump::for_group(&conf, &var("DS_PROCESSOR_SCHEDULE_GROUP")?);
+    let mut schedules = SchedulePump::for_group(&conf, &var("DS_PROCESSOR_SCHEDULE_GROUP")?);
+    if let Ok(on_failure_url) = var("DS_PROCESSOR_FAILED_INVOCATIONS_QUEUE_URL") {
+        schedules = schedules.asynchronous(AsyncInvoke {
+            function_arn: var("DS_PROCESSOR_FUNCTION_ARN")?,
+            maximum_retry_attempts: template::async_retry_attempts("ProcessorFunction"),
+            on_failure_url,
+            sqs: aws_sdk_sqs::Client::new(&conf),
+        });
+    }
     eprintln!("lambda-pump: pumping into {}", function.url);
     let (mut records, mut messages, mut failed) = (0usize, 0usize, 0usize);
     let (mut fired_at, mut reported_at) = (std::time::Instant::now(), std::time::Instant::now());

@@ -1,6 +1,11 @@
 //! [`SchedulePump`]: EventBridge Scheduler firing revival schedules into
 //! the processor function (moto stores schedules but never fires them).
+//! Scheduler invokes a Lambda target asynchronously: with an [`AsyncInvoke`]
+//! the pump plays that too (retries of a failing function, then the
+//! on-failure destination), as a deployment's function does with the
+//! template's `EventInvokeConfig`.
 
+use super::asynchronous::{AsyncInvoke, AsyncOutcome};
 use super::env::ProcessorEnv;
 use super::Invoke;
 
@@ -8,6 +13,7 @@ use super::Invoke;
 pub struct SchedulePump {
     scheduler: aws_sdk_scheduler::Client,
     group: String,
+    lambda: Option<AsyncInvoke>,
 }
 
 /// The epoch ms of an `at(yyyy-mm-ddThh:mm:ss)` expression (UTC).
@@ -19,13 +25,23 @@ fn at_ms(expression: &str) -> Option<i64> {
 }
 
 impl SchedulePump {
+    /// The test's revival schedules, invoked asynchronously (failures end
+    /// on the test's failed-invocations queue).
     pub fn new(env: &ProcessorEnv) -> Self {
-        Self::for_group(&env.conf, &env.revival_group)
+        Self::for_group(&env.conf, &env.revival_group).asynchronous(env.async_invoke())
     }
 
-    /// A pump of the schedules in `group`.
+    /// A pump of the schedules in `group`, invoking synchronously (a failed
+    /// invocation leaves its schedule, fired again next time).
     pub fn for_group(conf: &aws_config::SdkConfig, group: &str) -> Self {
-        Self { scheduler: aws_sdk_scheduler::Client::new(conf), group: group.to_owned() }
+        Self { scheduler: aws_sdk_scheduler::Client::new(conf), group: group.to_owned(), lambda: None }
+    }
+
+    /// Invokes as Lambda's asynchronous invocation does (see module docs).
+    #[must_use]
+    pub fn asynchronous(mut self, lambda: AsyncInvoke) -> Self {
+        self.lambda = Some(lambda);
+        self
     }
 
     /// `(name, input, at_ms)` of every pending revival schedule.
@@ -45,9 +61,11 @@ impl SchedulePump {
 
     /// Fires every schedule due by `now_ms` into `function` (the time
     /// argument lets a test fire an alarm without waiting for it). A fired
-    /// schedule is deleted once the invocation succeeded
-    /// (`ActionAfterCompletion=DELETE`); a failed one stays. Returns how
-    /// many invocations succeeded.
+    /// schedule is deleted once Lambda took the event
+    /// (`ActionAfterCompletion=DELETE`): asynchronously, at once (a failure
+    /// then ends on the destination); synchronously, once the invocation
+    /// succeeded (a failed one stays). Returns how many invocations
+    /// succeeded.
     pub async fn fire_due(&self, function: &impl Invoke, now_ms: i64, deadline_ms: u64) -> usize {
         let mut fired = 0;
         for (name, input, at) in self.pending().await {
@@ -55,10 +73,20 @@ impl SchedulePump {
                 continue;
             }
             let payload: serde_json::Value = serde_json::from_str(&input).expect("schedule input is JSON");
-            if function.invoke(payload, deadline_ms).await.is_ok() {
+            let (succeeded, delivered) = match &self.lambda {
+                Some(lambda) => {
+                    let outcome = lambda.invoke(function, payload, deadline_ms).await;
+                    (matches!(outcome, AsyncOutcome::Succeeded(_)), true)
+                }
+                None => {
+                    let ok = function.invoke(payload, deadline_ms).await.is_ok();
+                    (ok, ok)
+                }
+            };
+            if delivered {
                 let _ = self.scheduler.delete_schedule().name(&name).group_name(&self.group).send().await;
-                fired += 1;
             }
+            fired += usize::from(succeeded);
         }
         fired
     }

@@ -71,3 +71,25 @@ pub fn parse_table_stream_source(text: &str) -> TableStreamSource {
         report_batch_item_failures: responses.iter().any(|v| v.as_str() == Some("ReportBatchItemFailures")),
     }
 }
+
+/// `EventInvokeConfig.MaximumRetryAttempts` of the function `logical_id`
+/// (Lambda's default, 2, when the template leaves it out). Panics when the
+/// function declares no on-failure destination: a failure would vanish.
+pub fn async_retry_attempts(logical_id: &str) -> u32 {
+    let path = template_path();
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    parse_async_retry_attempts(&text, logical_id)
+}
+
+/// See [`async_retry_attempts`].
+pub fn parse_async_retry_attempts(text: &str, logical_id: &str) -> u32 {
+    let template: Value = serde_yaml::from_str(text).expect("template.yaml parses");
+    let config = resources(&template)
+        .find(|(n, _)| *n == logical_id)
+        .and_then(|(_, r)| r.get("Properties")?.get("EventInvokeConfig"))
+        .unwrap_or_else(|| panic!("{logical_id} declares no EventInvokeConfig"));
+    let destination =
+        config.get("DestinationConfig").and_then(|d| d.get("OnFailure")).and_then(|o| o.get("Destination"));
+    assert!(destination.is_some(), "{logical_id} has no on-failure destination");
+    config.get("MaximumRetryAttempts").and_then(Value::as_u64).map_or(2, |n| u32::try_from(n).unwrap_or(2))
+}

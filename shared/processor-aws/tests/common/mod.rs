@@ -303,3 +303,32 @@ pub async fn objects(env: &ds_lambda_pump::ProcessorEnv, prefix: &str) -> Vec<St
     let out = env.clients().s3.list_objects_v2().bucket(&env.cfg.bucket).prefix(prefix).send().await.expect("list");
     out.contents().iter().filter_map(|o| o.key().map(str::to_owned)).collect()
 }
+
+/// The function's metric figures, recorded (`ds_processor_aws::lag::PlaneMetrics`).
+#[derive(Default)]
+pub struct RecordedMetrics {
+    pub lags: Mutex<Vec<(String, u64, u64)>>,
+    pub failures: Mutex<Vec<(&'static str, u64)>>,
+}
+
+impl ds_processor_aws::lag::PlaneMetrics for RecordedMetrics {
+    fn processor_lag(&self, slug: &str, lag: u64, streams: u64) {
+        self.lags.lock().expect("lags").push((slug.to_owned(), lag, streams));
+    }
+
+    fn failures(&self, what: ds_processor_aws::lag::FailureKind, count: u64) {
+        self.failures.lock().expect("failures").push((what.metric(), count));
+    }
+}
+
+impl RecordedMetrics {
+    /// The last lag recorded for `slug`.
+    pub fn last_lag(&self, slug: &str) -> Option<u64> {
+        self.lags.lock().expect("lags").iter().rev().find(|(s, _, _)| s == slug).map(|(_, lag, _)| *lag)
+    }
+
+    /// Failures recorded of metric `name`, summed.
+    pub fn failed(&self, name: &str) -> u64 {
+        self.failures.lock().expect("failures").iter().filter(|(n, _)| *n == name).map(|(_, c)| c).sum()
+    }
+}

@@ -7,6 +7,8 @@ mod common;
 mod builtin;
 mod crash;
 mod e2e;
+mod lag;
+mod redrive;
 mod revival;
 mod subscriptions;
 mod upkeep;

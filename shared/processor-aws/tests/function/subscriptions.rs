@@ -227,3 +227,83 @@ async fn pull_wake_leases_end_by_timer_message_and_wake_again() {
     assert_eq!(status, 200, "the lease of w1 is over: {again}");
     assert!(again["generation"].as_u64() > claimed["generation"].as_u64());
 }
+
+/// A webhook receiver on 127.0.0.1 that records each delivery, then holds
+/// its answer until `release` has a permit: a receiver as slow as the test
+/// wants.
+async fn held_receiver(release: Arc<tokio::sync::Semaphore>) -> Receiver {
+    let got: Arc<Mutex<Vec<(Instant, Value)>>> = Arc::default();
+    let got2 = Arc::clone(&got);
+    let app = axum::Router::new().route(
+        "/hook",
+        axum::routing::post(move |body: axum::body::Bytes| {
+            let (got, release) = (Arc::clone(&got2), Arc::clone(&release));
+            async move {
+                got.lock().expect("got").push((Instant::now(), serde_json::from_slice(&body).unwrap_or(Value::Null)));
+                let _held = release.acquire().await.expect("release");
+                axum::Json(json!({}))
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let url = format!("http://{}/hook", listener.local_addr().expect("addr"));
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    Receiver { url, got }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_receiver_delays_only_its_own_subscription() {
+    let Some(env) = ProcessorEnv::new("a_slow_receiver_delays_only_its_own_subscription").await else { return };
+    let release = Arc::new(tokio::sync::Semaphore::new(0));
+    let slow = held_receiver(Arc::clone(&release)).await;
+    let fast = receiver(Vec::new()).await;
+    let router = http_router(env.service()).await;
+    for (id, pattern, url) in [("a-slow", "a-slow/*", &slow.url), ("b-fast", "b-fast/*", &fast.url)] {
+        let sub = json!({"type": "webhook", "pattern": pattern, "webhook": {"url": url}, "lease_ttl_ms": 60000});
+        assert_eq!(call(&router, "PUT", &format!("__ds/subscriptions/{id}"), Some(sub), None).await.0, 201);
+    }
+    assert_eq!(call(&router, "PUT", "a-slow/1", Some(json!({"n": 1})), None).await.0, 201);
+    assert_eq!(call(&router, "PUT", "b-fast/1", Some(json!({"n": 1})), None).await.0, 201);
+
+    // The table-stream batch with both streams' data sends no webhook: it
+    // hands each delivery to the task queue.
+    let function = Arc::new(env.function_with_subscriptions(|_| Deployment::default()).await);
+    let mut stream = StreamPump::new(&env).await;
+    let d = tokio::time::timeout(Duration::from_secs(60), stream.deliver_all(&*function, deadline(), 20))
+        .await
+        .expect("the stream batch waits on no receiver");
+    assert!(d.failed.is_empty(), "{d:?}");
+    assert_eq!((slow.count(), fast.count()), (0, 0), "no delivery ran in the stream invocation");
+
+    // One SQS batch holding both deliveries: the fast receiver gets its
+    // delivery while the slow one still holds its answer.
+    let tasks = SqsPump::new(env.sqs.clone(), &env.task_queue_url);
+    let (event, _) = tasks.receive().await;
+    let ids: Vec<String> = event["Records"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|r| serde_json::from_str::<Value>(r["body"].as_str()?).ok()?["id"].as_str().map(str::to_owned))
+        .collect();
+    assert!(ids.contains(&"a-slow".to_owned()) && ids.contains(&"b-fast".to_owned()), "one batch: {ids:?}");
+    let sqs_invocation = {
+        let function = Arc::clone(&function);
+        tokio::spawn(async move { function.handle(event, deadline()).await.map_err(|e| e.to_string()) })
+    };
+    // Within the 10 s webhook timeout: delivered one after the other, the
+    // fast one would wait for the slow one to time out.
+    let until = Instant::now() + Duration::from_secs(8);
+    while fast.count() == 0 && Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(fast.count(), 1, "the fast subscription was delivered while the slow receiver held its answer");
+    assert_eq!(slow.count(), 1, "the slow receiver got its delivery and still holds it");
+    assert!(!sqs_invocation.is_finished(), "the slow delivery is still running");
+    release.add_permits(16);
+    let answer = sqs_invocation.await.expect("joined").expect("handled");
+    assert_eq!(answer["batchItemFailures"], json!([]), "{answer}");
+    assert_eq!(
+        (slow.nth(0).1["subscription_id"].clone(), fast.nth(0).1["subscription_id"].clone()),
+        (json!("a-slow"), json!("b-fast"))
+    );
+}

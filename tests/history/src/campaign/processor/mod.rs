@@ -91,15 +91,11 @@ pub async fn run(s: &Settings) -> anyhow::Result<Report> {
     let env = ProcessorEnv::new("history processor campaign").await.context("no emulator endpoint")?;
     let upstream: SocketAddr = ([127, 0, 0, 1], emulator.port()).into();
     let proxy = Arc::new(FaultProxy::start(upstream).await?);
-    let faulted = ProcessorEnv {
-        conf: aws_config::defaults(aws_config::BehaviorVersion::latest()).endpoint_url(proxy.url()).load().await,
-        cfg: env.cfg.clone(),
-        revival_group: env.revival_group.clone(),
-        sqs: env.sqs.clone(),
-        task_queue_url: env.task_queue_url.clone(),
-        task_dead_letter_url: env.task_dead_letter_url.clone(),
-        parked_queue_url: env.parked_queue_url.clone(),
-    };
+    // The processor plane's calls go through the fault proxy; the
+    // harness's own (the queues it pumps) go straight to the emulator.
+    let mut faulted = env
+        .with_conf(aws_config::defaults(aws_config::BehaviorVersion::latest()).endpoint_url(proxy.url()).load().await);
+    faulted.sqs = env.sqs.clone();
     let mut server_env = via(&emulator.env, &proxy.url());
     server_env.extend([
         ("DS_AWS_TABLE".to_owned(), env.cfg.table.clone()),
@@ -121,7 +117,11 @@ pub async fn run(s: &Settings) -> anyhow::Result<Report> {
 
     let lambda = lambda::Lambda::new(&faulted, CONFIG, s.kill_rate, s.seed);
     let mut pump = StreamPump::new(&env).await;
-    let schedules = SchedulePump::new(&env);
+    // Fired synchronously: a revival the faults or kills fail stays and is
+    // fired again a second later. (Asynchronously, as Lambda would, it would
+    // land on the failed-invocations queue after 3 attempts for an operator
+    // to redrive: shared/processor-aws/tests/function/redrive.rs.)
+    let schedules = SchedulePump::for_group(&env.conf, &env.revival_group);
     let observer = Arc::new(tokio::sync::Mutex::new(observe::Observer::new(env.service(), &paths)));
     emulator.faults(reqwest::Method::POST, Some(rules(s.aws_rate, s.seed))).await;
     let budget = Arc::new(AtomicU64::new(0));
