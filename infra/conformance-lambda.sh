@@ -19,7 +19,7 @@
 #      (tests/lambda-pump) feeds as Lambda's event source mappings would: the
 #      table's stream records filtered like the template's FilterCriteria, and
 #      the task queue's delayed messages (subscriptions' times);
-#   3. the processor function (one instance, an outbox named by DS_PROCESSORS)
+#   3. the processor function (one instance, an outbox named by DS_PROCESSORS_TOML)
 #      with `cargo lambda invoke` and a real DynamoDB Stream event: the table's
 #      stream records of appends made through the Function URL, filtered like
 #      the template's FilterCriteria; delivered twice, relayed once;
@@ -228,14 +228,14 @@ kill "$PUMP_PID" 2>/dev/null || true; wait "$PUMP_PID" 2>/dev/null || true
 kill "$PLANE_PID" 2>/dev/null || true; wait "$PLANE_PID" 2>/dev/null || true
 
 # ---- 3. the processor function with a real DynamoDB Stream event ----------------
-# An outbox (DS_PROCESSORS, as the template's Processors parameter passes it):
+# An outbox (DS_PROCESSORS_TOML, as the template's Processors parameter passes it):
 # appends through the Function URL, the table's stream records of the source
 # read from the emulator's DynamoDB Stream and filtered like the template's
 # FilterCriteria, delivered by `cargo lambda invoke`; then the same batch again
 # (a redelivery): the target holds each event once.
 while IFS= read -r line; do export "${line?}"; done < <(tool processor-resources)
 tool calls-drop
-DS_PROCESSORS='[[processor]]
+DS_PROCESSORS_TOML='[[processor]]
 kind = "outbox"
 slug = "lp-relay"
 streams = "lp/*"
