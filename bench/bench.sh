@@ -35,6 +35,10 @@
 #   DS_BENCH_BASELINE    path of an earlier durable-streams binary, run as the
 #                        peers base-memory and base-local (A/B of a change;
 #                        DS_BENCH_ONLY=ours-memory,base-memory,ours-local,base-local)
+#   DS_BENCH_OURS_BIN    path of an already built durable-streams binary to run as
+#                        ours, instead of building target/release/durable-streams
+#                        here (so that an A/B run inside a quiet window builds
+#                        nothing; its preamble names the binary, not a git commit)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -99,9 +103,13 @@ CARGO_TARGET_DIR="$LOAD_TARGET" cargo build --release -q -p ds-load >&2 || { say
 LOAD="$LOAD_TARGET/release/ds-load"
 
 OURS=0
-OURS_BIN="$ROOT/target/release/durable-streams"
+OURS_BIN="${DS_BENCH_OURS_BIN:-$ROOT/target/release/durable-streams}"
 if [ "${DS_BENCH_SKIP_OURS:-0}" = 1 ]; then
   say "DS_BENCH_SKIP_OURS=1: peers only"
+elif [ -n "${DS_BENCH_OURS_BIN:-}" ]; then
+  [ -x "$OURS_BIN" ] || { say "DS_BENCH_OURS_BIN=$OURS_BIN is not an executable"; exit 1; }
+  say "ours: $OURS_BIN as built (DS_BENCH_OURS_BIN; not rebuilt)"
+  OURS=1
 elif cargo metadata --no-deps --format-version 1 2>/dev/null | grep -q '"name":"durable-streams","version"'; then
   say "building our server (cargo build --release -p durable-streams)"
   # Removed first: cargo re-links target/release/durable-streams only when
@@ -154,7 +162,11 @@ PRE="$RUN/preamble.md"
   echo
   echo "Produced by \`make bench\` (\`bash bench/bench.sh\`) with ds-load (tests/load). Machine: $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')), $(free -g | awk '/Mem:/ { print $2 }') GiB RAM, Linux $(uname -r); $(rustc --version); node $(node --version). Load tool and servers share the machine, all traffic on 127.0.0.1. Load average (1, 5, 15 min) at the start: $(cut -d' ' -f1-3 /proc/loadavg | sed 's/ /, /g')."
   if [ "$OURS" = 1 ]; then
-    echo "Ours: \`durable-streams\` at git $(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet HEAD -- 2>/dev/null || echo ' (with uncommitted changes)')."
+    if [ -n "${DS_BENCH_OURS_BIN:-}" ]; then
+      echo "Ours: \`$OURS_BIN\` (DS_BENCH_OURS_BIN, built beforehand; sha256 $(sha256sum "$OURS_BIN" | cut -c1-12))."
+    else
+      echo "Ours: \`durable-streams\` at git $(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet HEAD -- 2>/dev/null || echo ' (with uncommitted changes)')."
+    fi
   else
     echo
     echo "**Ours was not built for this run (package durable-streams not present or skipped): peers only, no ratios.**"

@@ -19,12 +19,12 @@
 #      (tests/lambda-pump) feeds as Lambda's event source mappings would: the
 #      table's stream records filtered like the template's FilterCriteria, and
 #      the task queue's delayed messages (subscriptions' times);
-#   3. the processor function (one instance, an outbox named by DS_PROCESSORS)
+#   3. the processor function (one instance, an outbox named by DS_PROCESSORS_TOML)
 #      with `cargo lambda invoke` and a real DynamoDB Stream event: the table's
 #      stream records of appends made through the Function URL, filtered like
 #      the template's FilterCriteria; delivered twice, relayed once; its EMF
 #      ProcessorLag line for the outbox equals the lag the operator API (the
-#      HTTP function, restarted with the same DS_PROCESSORS) reports for it;
+#      HTTP function, restarted with the same DS_PROCESSORS_TOML) reports for it;
 #   4. the AWS calls each function made (counted at the emulator) against its
 #      IAM policy in template.yaml (deploy/check_template.py --observed).
 #
@@ -230,7 +230,7 @@ kill "$PUMP_PID" 2>/dev/null || true; wait "$PUMP_PID" 2>/dev/null || true
 kill "$PLANE_PID" 2>/dev/null || true; wait "$PLANE_PID" 2>/dev/null || true
 
 # ---- 3. the processor function with a real DynamoDB Stream event ----------------
-# An outbox (DS_PROCESSORS, as the template's Processors parameter passes it):
+# An outbox (DS_PROCESSORS_TOML, as the template's Processors parameter passes it):
 # appends through the Function URL, the table's stream records of the source
 # read from the emulator's DynamoDB Stream and filtered like the template's
 # FilterCriteria, delivered by `cargo lambda invoke`; then the same batch again
@@ -238,7 +238,7 @@ kill "$PLANE_PID" 2>/dev/null || true; wait "$PLANE_PID" 2>/dev/null || true
 while IFS= read -r line; do export "${line?}"; done < <(tool processor-resources)
 tool calls-drop
 # The HTTP function's instances start again with the processors named too
-# (DS_PROCESSORS turns on its operator API, /v1/processors), as the
+# (DS_PROCESSORS_TOML turns on its operator API, /v1/processors), as the
 # template's Processors parameter configures both functions.
 for entry in "${INSTANCES[@]}"; do
   [ "${entry% *}" = lambda-http ] || continue
@@ -251,8 +251,8 @@ streams = "lp/*"
 target = "lp-out"
 create_target = true
 template = { type = "relayed", payload = "$/payload" }'
-DS_PROCESSORS="$LP_PROCESSORS" start_instances lambda-http 2
-DS_PROCESSORS="$LP_PROCESSORS" start_instances lambda-processor 1
+DS_PROCESSORS_TOML="$LP_PROCESSORS" start_instances lambda-http 2
+DS_PROCESSORS_TOML="$LP_PROCESSORS" start_instances lambda-processor 1
 for _ in $(seq 1 100); do
   curl -fsS "$URL/health" >/dev/null 2>&1 && break
   sleep 0.2
@@ -282,7 +282,7 @@ say "processor: $("$VPY" -c 'import json,sys; print(len(json.load(open(sys.argv[
 # The processor function's EMF lag line (ProcessorLag of lp-relay, written
 # after each invocation) against the operator API's lag for the same
 # processor and stream: GET /v1/processors/lp-relay/streams/lp/1 of the
-# HTTP function, whose instances run with the same DS_PROCESSORS here.
+# HTTP function, whose instances run with the same DS_PROCESSORS_TOML here.
 emf_lag="$(grep -F '"ProcessorLag"' "$RUN/lambda-processor.log" | grep -F '"processor":"lp-relay"' | tail -n 1 \
   | "$VPY" -c 'import json,sys; line=sys.stdin.read().strip(); print(json.loads(line)["ProcessorLag"] if line else "")')"
 [ -n "$emf_lag" ] || { tail -n 20 "$RUN/lambda-processor.log" >&2; fail "processor: no EMF ProcessorLag line for lp-relay"; }

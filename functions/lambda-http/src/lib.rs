@@ -22,8 +22,10 @@
 //! `Location`, subscription callback and JWKS URLs), and `DS_METRICS_NAMESPACE` (CloudWatch EMF lines on
 //! stdout, default `DurableStreams`; `off` disables them).
 //!
-//! Processors ([`processors`]): `DS_PROCESSORS`, the TOML of a processors
-//! configuration, turns on the operator API at `/v1/processors`.
+//! Processors ([`processors`]): `DS_PROCESSORS_TOML` (the TOML of a
+//! processors configuration) or `DS_PROCESSORS` (a file holding it), the
+//! same settings as the local server's, turn on the operator API at
+//! `/v1/processors`.
 //!
 //! Subscriptions ([`subscriptions`]): the `__ds` API is served here, and
 //! only served: deliveries, leases and retries run in the processor
@@ -133,9 +135,9 @@ pub fn router(service: StreamService, http: ds_http::HttpConfig) -> axum::Router
 
 /// Access control, CORS and metrics from settings (see the crate docs).
 pub fn operations<F: Fn(&str) -> Option<String>>(env: &Settings<F>) -> anyhow::Result<ds_http::Operations> {
-    let settings = AuthSettings::from_env(env).map_err(anyhow::Error::msg)?;
-    let rate_limits = settings.budgets().map_err(anyhow::Error::msg)?.map(Arc::new);
-    let access = settings.build().map_err(anyhow::Error::msg)?;
+    let settings = AuthSettings::from_env(env)?;
+    let rate_limits = settings.budgets()?.map(Arc::new);
+    let access = settings.build()?;
     if access.is_none() {
         tracing::info!("no access control configured in the function: the Function URL's AWS_IAM auth must guard it");
     }
@@ -175,21 +177,22 @@ fn public_url(raw: &str) -> anyhow::Result<String> {
     Ok(url.as_str().trim_end_matches('/').to_owned())
 }
 
-/// The operator API's view of the processors named by `DS_PROCESSORS` (the
-/// TOML text of a processors configuration, the format of `serve
-/// --processors`), checked against the store like the local server does;
-/// `None` without it. The function keeps no runner open: answers come from
+/// The operator API's view of the processors the environment names
+/// (`DS_PROCESSORS_TOML`, the TOML of a processors configuration, or
+/// `DS_PROCESSORS`, a file holding it: the same settings as `serve`'s),
+/// checked against the store like the local server does; `None` without
+/// either. The function keeps no runner open: answers come from
 /// the progress records, and a control opens a runner for its duration
 /// (its audit event, appended to the stream, wakes the processor host).
 pub async fn processors<F: Fn(&str) -> Option<String>>(
     env: &Settings<F>,
     service: &StreamService,
 ) -> anyhow::Result<Option<Arc<dyn ds_processor_host::ProcessorOperator>>> {
-    let Some(text) = env.raw("DS_PROCESSORS") else { return Ok(None) };
+    let Some(source) = env.processors()? else { return Ok(None) };
     let (_, registry) = ds_processors_builtin::Catalog::builtin()
-        .load(&text, service)
+        .load(&source.text, service)
         .await
-        .map_err(|e| anyhow::anyhow!("DS_PROCESSORS: {e}"))?;
+        .map_err(|e| anyhow::anyhow!("{}: {e}", source.origin))?;
     Ok(Some(Arc::new(ds_processor_host::OnDemandOperator::new(service.clone(), registry, None))))
 }
 

@@ -37,7 +37,7 @@ async fn every_row_of_the_route_table_through_the_handler() {
         ("DS_JWT_HS256_SECRET", secret.clone()),
         ("DS_JWT_ISSUER", access::ISSUER.to_owned()),
         ("DS_JWT_AUDIENCE", access::AUDIENCE.to_owned()),
-        ("DS_PROCESSORS", walk::processors_toml(&tag)),
+        ("DS_PROCESSORS_TOML", walk::processors_toml(&tag)),
     ]);
     let send = common::handler_sender(common::router(common::service().await, env).await);
     let mut checks = Checks::new();

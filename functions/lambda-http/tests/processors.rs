@@ -1,5 +1,5 @@
 //! The HTTP function serves the processors' operator API when
-//! `DS_PROCESSORS` names them: Function URL events through the real handler
+//! `DS_PROCESSORS_TOML` names them: Function URL events through the real handler
 //! over the AWS substrate on the emulator. The processing itself runs
 //! elsewhere (here: a local host over another substrate instance of the same
 //! table, standing in for the processor function); the function answers
@@ -91,7 +91,7 @@ async fn the_function_serves_the_operator_api_from_the_progress_records() {
 
     // The function: another instance, configured from its environment.
     let service = StreamService::new(factory.aws_with(cfg).substrate(), ServiceConfig::default());
-    let env: HashMap<&str, String> = HashMap::from([("DS_PROCESSORS", CONFIG.to_owned())]);
+    let env: HashMap<&str, String> = HashMap::from([("DS_PROCESSORS_TOML", CONFIG.to_owned())]);
     let settings = ds_config::Settings::new(move |k: &str| env.get(k).cloned());
     let mut ops = lambda_http_fn::operations(&settings).unwrap();
     ops.processors = lambda_http_fn::processors(&settings, &service).await.unwrap();

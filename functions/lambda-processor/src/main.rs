@@ -8,18 +8,21 @@
 use ds_processor_aws::{Deployment, TaskHandlers, Wiring};
 use ds_processors_builtin::Catalog;
 
-/// The processors this deployment runs: those `DS_PROCESSORS` names (the
-/// TOML of `serve --processors`, built-in kinds, checked against the store
+/// The processors this deployment runs: those `DS_PROCESSORS_TOML` holds
+/// (or the file `DS_PROCESSORS` names: the TOML of `serve --processors`,
+/// the same settings on every host; built-in kinds, checked against the store
 /// like the local server and the HTTP function's operator API do). Without
 /// it the function does the table's upkeep only (TTL removals, sealing,
 /// sweeping). A processor of your own: add its kind to the catalog
 /// (`Catalog::builtin().with_kind(..)`), or register it here directly.
 async fn deployment(wiring: Wiring) -> anyhow::Result<Deployment> {
-    let Some(text) = ds_config::Settings::from_env().raw("DS_PROCESSORS") else {
+    let Some(source) = ds_config::Settings::from_env().processors()? else {
         return Ok(Deployment::default());
     };
-    let (config, registry) =
-        Catalog::builtin().load(&text, &wiring.service).await.map_err(|e| anyhow::anyhow!("DS_PROCESSORS: {e}"))?;
+    let (config, registry) = Catalog::builtin()
+        .load(&source.text, &wiring.service)
+        .await
+        .map_err(|e| anyhow::anyhow!("{}: {e}", source.origin))?;
     let slugs: Vec<&str> = config.processors.iter().map(|p| p.slug.as_str()).collect();
     tracing::info!(processors = ?slugs, "processors registered");
     Ok(Deployment { registry, tasks: TaskHandlers::new() })

@@ -62,6 +62,9 @@ pub struct ServeArgs {
     /// Processors configuration file (TOML): run the processors it names in this process (see docs/processors.md).
     #[arg(long, env = "DS_PROCESSORS")]
     pub processors: Option<PathBuf>,
+    /// The processors configuration's TOML itself, instead of a file (what the Lambda functions take too).
+    #[arg(long, env = "DS_PROCESSORS_TOML")]
+    pub processors_toml: Option<String>,
     /// Log format.
     #[arg(long, env = "DS_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,

@@ -37,7 +37,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     args.security.check_bind(args.bind, access.auth.is_some())?;
     let tls = args.security.tls()?.map(|(cert, key)| tls::server_config(&cert, &key)).transpose()?;
     let cors = args.security.cors(access.auth.is_some())?;
-    let processors = processors::load(args.processors.as_deref())?;
+    let processors = processors::load(args.processors.as_deref(), args.processors_toml.as_deref())?;
     access.prefetch().await;
     let (mut substrate, expiry_due) = stores::open(&args).await?;
     let tap = ds_subscriptions::tap_hub(&mut substrate);

@@ -1,31 +1,36 @@
-//! `serve --processors FILE`: the processors configuration, the in-process
-//! host that runs it, and its lag gauges.
+//! `serve --processors FILE` (or `--processors-toml TEXT`): the processors
+//! configuration, the in-process host that runs it, and its lag gauges.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::Context;
+use ds_config::ProcessorsOrigin;
 use ds_core::{StreamService, Substrate};
 use ds_metrics::prometheus::ScrapeHook;
 use ds_processor_local::{HostConfig, LocalHost};
 use ds_processors_builtin::{Catalog, ProcessorsConfig};
 
 pub struct Hosted {
-    path: PathBuf,
+    /// Where the configuration came from, as the operator wrote it.
+    origin: String,
     config: ProcessorsConfig,
     host: LocalHost,
 }
 
-/// Reads the file and checks what needs no store (syntax, kinds, patterns,
-/// slugs) before anything opens: such a typo fails before the store is
-/// touched.
-pub fn load(path: Option<&Path>) -> anyhow::Result<Option<Hosted>> {
-    let Some(path) = path else { return Ok(None) };
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading --processors {}", path.display()))?;
-    let config = ProcessorsConfig::from_toml(&text).with_context(|| format!("--processors {}", path.display()))?;
-    Catalog::builtin().check(&config).with_context(|| format!("--processors {}", path.display()))?;
+/// Reads the configuration (a file, or the TOML itself) and checks what
+/// needs no store (syntax, kinds, patterns, slugs) before anything opens:
+/// such a typo fails before the store is touched.
+pub fn load(file: Option<&Path>, inline: Option<&str>) -> anyhow::Result<Option<Hosted>> {
+    let Some(source) = ds_config::processors_text(file, inline)? else { return Ok(None) };
+    let origin = match &source.origin {
+        ProcessorsOrigin::File(path) => format!("--processors {}", path.display()),
+        ProcessorsOrigin::Inline => "--processors-toml".to_owned(),
+    };
+    let config = ProcessorsConfig::from_toml(&source.text).with_context(|| origin.clone())?;
+    Catalog::builtin().check(&config).with_context(|| origin.clone())?;
     let host_config = HostConfig { lag_log_interval: config.host.lag_log_interval, ..HostConfig::default() };
-    Ok(Some(Hosted { path: path.to_owned(), config, host: LocalHost::new(host_config) }))
+    Ok(Some(Hosted { origin, config, host: LocalHost::new(host_config) }))
 }
 
 impl Hosted {
@@ -37,10 +42,7 @@ impl Hosted {
     /// Checks every processor against the store (kinds, patterns, options,
     /// target streams) and starts them.
     pub async fn start(&self, service: &StreamService) -> anyhow::Result<()> {
-        let registry = Catalog::builtin()
-            .build(&self.config, service)
-            .await
-            .with_context(|| format!("--processors {}", self.path.display()))?;
+        let registry = Catalog::builtin().build(&self.config, service).await.with_context(|| self.origin.clone())?;
         self.host.start(service.clone(), registry).await.context("starting the processors")?;
         Ok(())
     }

@@ -110,8 +110,8 @@ impl SecurityArgs {
             rate_limit: self.rate_limit,
             rate_limit_for: self.rate_limit_for.clone(),
         };
-        let budgets = settings.budgets().map_err(anyhow::Error::msg).context("--rate-limit")?.map(Arc::new);
-        let auth = settings.build().map_err(anyhow::Error::msg).context("access control")?.map(Arc::new);
+        let budgets = settings.budgets().context("--rate-limit")?.map(Arc::new);
+        let auth = settings.build().context("access control")?.map(Arc::new);
         Ok(Access { auth, budgets })
     }
 

@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use std::sync::RwLock;
 use std::time::{Duration, Instant};
 
+use ds_config::ConfigError;
 use ds_egress::EgressClient;
 use jsonwebtoken::jwk::{AlgorithmParameters, EllipticCurve, JwkSet, KeyAlgorithm, PublicKeyUse};
 use jsonwebtoken::{Algorithm, DecodingKey};
@@ -40,8 +41,8 @@ pub struct JwksCache {
 
 impl JwksCache {
     /// Checks the URL now (before any connection is ever made).
-    pub fn new(url: String, client: EgressClient, refresh: Duration) -> Result<Self, String> {
-        client.check_url(&url).map_err(|e| format!("JWKS URL: {e}"))?;
+    pub fn new(url: String, client: EgressClient, refresh: Duration) -> Result<Self, ConfigError> {
+        client.check_url(&url).map_err(|e| ConfigError::invalid("DS_JWKS_URL", e.to_string()))?;
         Ok(Self { url, client, refresh, state: RwLock::default(), fetching: tokio::sync::Mutex::new(()) })
     }
 

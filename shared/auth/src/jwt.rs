@@ -11,6 +11,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use ds_config::ConfigError;
 use jsonwebtoken::errors::ErrorKind;
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde::Deserialize;
@@ -158,7 +159,7 @@ pub(crate) fn now_secs() -> u64 {
 
 /// A PEM public key, with the algorithm its type implies: RSA → RS256,
 /// P-256 → ES256, Ed25519 → EdDSA.
-pub fn public_key_from_pem(pem: &[u8]) -> Result<(DecodingKey, Algorithm), String> {
+pub fn public_key_from_pem(pem: &[u8]) -> Result<(DecodingKey, Algorithm), ConfigError> {
     if let Ok(k) = DecodingKey::from_rsa_pem(pem) {
         return Ok((k, Algorithm::RS256));
     }
@@ -168,5 +169,5 @@ pub fn public_key_from_pem(pem: &[u8]) -> Result<(DecodingKey, Algorithm), Strin
     if let Ok(k) = DecodingKey::from_ed_pem(pem) {
         return Ok((k, Algorithm::EdDSA));
     }
-    Err("not an RSA, P-256 or Ed25519 public key in PEM form".into())
+    Err(ConfigError::invalid("DS_JWT_PUBLIC_KEY", "not an RSA, P-256 or Ed25519 public key in PEM form"))
 }

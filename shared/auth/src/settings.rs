@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use ds_config::Settings;
+use ds_config::{ConfigError, Settings};
 use ds_egress::{EgressClient, EgressConfig};
 
 use crate::budget::{Budgets, Rate};
@@ -60,7 +60,7 @@ impl AuthSettings {
     /// `DS_JWKS_REFRESH`, `DS_JWT_ISSUER`, `DS_JWT_AUDIENCE`, `DS_JWT_LEEWAY`,
     /// `DS_RATE_LIMIT` (a [`Rate`]) and `DS_RATE_LIMIT_FOR` (comma-separated
     /// `NAME=RATE` or `NAME=off`).
-    pub fn from_env<F: Fn(&str) -> Option<String>>(env: &Settings<F>) -> Result<Self, String> {
+    pub fn from_env<F: Fn(&str) -> Option<String>>(env: &Settings<F>) -> Result<Self, ConfigError> {
         let d = Self::default();
         Ok(Self {
             tokens_json: env.raw("DS_AUTH_TOKENS"),
@@ -69,15 +69,15 @@ impl AuthSettings {
             jwks_url: env.raw("DS_JWKS_URL"),
             jwks_ca_pem: None,
             jwks_allow_loopback: false,
-            jwks_refresh: env.duration("DS_JWKS_REFRESH").map_err(|e| e.to_string())?.unwrap_or(d.jwks_refresh),
+            jwks_refresh: env.duration("DS_JWKS_REFRESH")?.unwrap_or(d.jwks_refresh),
             jwt_issuer: env.raw("DS_JWT_ISSUER"),
             jwt_audience: env.raw("DS_JWT_AUDIENCE"),
-            jwt_leeway: env.duration("DS_JWT_LEEWAY").map_err(|e| e.to_string())?.unwrap_or(d.jwt_leeway),
+            jwt_leeway: env.duration("DS_JWT_LEEWAY")?.unwrap_or(d.jwt_leeway),
             rate_limit: env
                 .raw("DS_RATE_LIMIT")
                 .map(|r| Rate::parse(&r))
                 .transpose()
-                .map_err(|e| format!("DS_RATE_LIMIT: {e}"))?,
+                .map_err(|e| ConfigError::invalid("DS_RATE_LIMIT", e))?,
             rate_limit_for: env
                 .raw("DS_RATE_LIMIT_FOR")
                 .unwrap_or_default()
@@ -85,7 +85,7 @@ impl AuthSettings {
                 .filter(|item| !item.trim().is_empty())
                 .map(Budgets::parse_named)
                 .collect::<Result<_, _>>()
-                .map_err(|e| format!("DS_RATE_LIMIT_FOR: {e}"))?,
+                .map_err(|e| ConfigError::invalid("DS_RATE_LIMIT_FOR", e))?,
         })
     }
 
@@ -101,10 +101,13 @@ impl AuthSettings {
     /// The request budgets, or `None` when no credential has one. A budget
     /// belongs to a credential, so budgets without access control are a
     /// configuration error.
-    pub fn budgets(&self) -> Result<Option<Budgets>, String> {
+    pub fn budgets(&self) -> Result<Option<Budgets>, ConfigError> {
         let budgets = Budgets::new(self.rate_limit, self.rate_limit_for.clone());
         if budgets.is_some() && !self.is_configured() {
-            return Err("rate limits are per credential: they need access control (static tokens or a JWT key)".into());
+            return Err(ConfigError::invalid(
+                "DS_RATE_LIMIT",
+                "rate limits are per credential: they need access control (static tokens or a JWT key)",
+            ));
         }
         Ok(budgets)
     }
@@ -112,7 +115,7 @@ impl AuthSettings {
     /// The authenticator, or `None` when nothing is configured. Checks the
     /// settings (a JWT key needs an issuer and an audience; an HS256 secret
     /// must be at least 32 bytes; the JWKS URL must pass the SSRF rules).
-    pub fn build(self) -> Result<Option<Authenticator>, String> {
+    pub fn build(self) -> Result<Option<Authenticator>, ConfigError> {
         if !self.is_configured() {
             return Ok(None);
         }
@@ -124,11 +127,15 @@ impl AuthSettings {
         Ok(Some(Authenticator::new(tokens, jwt)))
     }
 
-    fn verifier(self) -> Result<JwtVerifier, String> {
-        let issuer = self.jwt_issuer.ok_or("a JWT key needs an issuer to check (jwt issuer setting)")?;
-        let audience = self.jwt_audience.ok_or("a JWT key needs an audience to check (jwt audience setting)")?;
+    fn verifier(self) -> Result<JwtVerifier, ConfigError> {
+        let issuer = self
+            .jwt_issuer
+            .ok_or_else(|| ConfigError::invalid("DS_JWT_ISSUER", "a JWT key needs an issuer to check"))?;
+        let audience = self
+            .jwt_audience
+            .ok_or_else(|| ConfigError::invalid("DS_JWT_AUDIENCE", "a JWT key needs an audience to check"))?;
         if self.jwt_hs256_secret.as_ref().is_some_and(|s| s.len() < 32) {
-            return Err("the HS256 secret must be at least 32 bytes".into());
+            return Err(ConfigError::invalid("DS_JWT_HS256_SECRET", "the HS256 secret must be at least 32 bytes"));
         }
         let public_key = self.jwt_public_key_pem.as_deref().map(public_key_from_pem).transpose()?;
         let jwks = match self.jwks_url {
@@ -139,7 +146,7 @@ impl AuthSettings {
                     extra_roots_pem: self.jwks_ca_pem,
                     ..EgressConfig::default()
                 })
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| ConfigError::invalid("DS_JWKS_CA_FILE", e.to_string()))?;
                 Some(JwksCache::new(url, client, self.jwks_refresh)?)
             }
         };

@@ -6,6 +6,7 @@
 use std::sync::Arc;
 
 use base64::Engine;
+use ds_config::ConfigError;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
@@ -45,13 +46,18 @@ pub struct StaticTokens {
 
 impl StaticTokens {
     /// Parses the JSON token file format (see docs/access-control.md).
-    pub fn from_json(json: &str) -> Result<Self, String> {
-        let file: TokenFile = serde_json::from_str(json).map_err(|e| format!("token file: {e}"))?;
+    pub fn from_json(json: &str) -> Result<Self, ConfigError> {
+        let file: TokenFile =
+            serde_json::from_str(json).map_err(|e| ConfigError::Syntax(format!("token file: {e}")))?;
         let mut tokens = Vec::with_capacity(file.tokens.len());
         for t in file.tokens {
-            let bytes = hex::decode(&t.sha256).map_err(|_| format!("token {:?}: sha256 is not hex", t.name))?;
-            let digest: [u8; 32] =
-                bytes.try_into().map_err(|_| format!("token {:?}: sha256 must be 64 hex digits", t.name))?;
+            let field = |reason: &str| ConfigError::Field {
+                entry: format!("token {:?}", t.name),
+                field: "sha256".into(),
+                reason: reason.into(),
+            };
+            let bytes = hex::decode(&t.sha256).map_err(|_| field("not hex"))?;
+            let digest: [u8; 32] = bytes.try_into().map_err(|_| field("must be 64 hex digits"))?;
             let principal = Principal { subject: t.name, grants: t.streams, kind: CredentialKind::StaticToken };
             tokens.push(StaticToken { digest, principal: Arc::new(principal) });
         }
@@ -121,12 +127,18 @@ mod tests {
 
     #[test]
     fn bad_files_name_the_problem() {
-        assert!(StaticTokens::from_json(r#"{"tokens":[{"name":"x","sha256":"zz","streams":[]}]}"#)
-            .unwrap_err()
-            .contains("not hex"));
-        assert!(StaticTokens::from_json(r#"{"tokens":[{"name":"x","sha256":"abcd","streams":[]}]}"#)
-            .unwrap_err()
-            .contains("64 hex"));
-        assert!(StaticTokens::from_json(r#"{"tokens":[{"name":"x","token":"abc","streams":[]}]}"#).is_err());
+        let field = |json: &str| match StaticTokens::from_json(json) {
+            Err(ConfigError::Field { entry, field, reason }) => format!("{entry} {field}: {reason}"),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(field(r#"{"tokens":[{"name":"x","sha256":"zz","streams":[]}]}"#), "token \"x\" sha256: not hex");
+        assert_eq!(
+            field(r#"{"tokens":[{"name":"x","sha256":"abcd","streams":[]}]}"#),
+            "token \"x\" sha256: must be 64 hex digits"
+        );
+        assert!(matches!(
+            StaticTokens::from_json(r#"{"tokens":[{"name":"x","token":"abc","streams":[]}]}"#),
+            Err(ConfigError::Syntax(_))
+        ));
     }
 }

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use ds_auth::mint;
 use ds_auth::{AuthError, AuthSettings, Authenticator, Grants, Op};
+use ds_config::ConfigError;
 use ds_testpki::{jwt_key_pair, JwtKeyAlg};
 use jsonwebtoken::Algorithm;
 use serde_json::json;
@@ -118,11 +119,15 @@ async fn public_key_algorithms_and_alg_confusion() {
 #[tokio::test]
 async fn configuration_is_checked() {
     let no_iss = AuthSettings { jwt_hs256_secret: Some(SECRET.to_vec()), jwt_issuer: None, ..settings() };
-    assert!(no_iss.build().err().unwrap().contains("issuer"));
+    let err = no_iss.build().err().unwrap();
+    assert!(matches!(&err, ConfigError::Invalid { name, .. } if name == "DS_JWT_ISSUER"), "{err}");
+    assert!(err.to_string().contains("issuer"), "{err}");
     let short = AuthSettings { jwt_hs256_secret: Some(b"short".to_vec()), ..settings() };
-    assert!(short.build().err().unwrap().contains("32 bytes"));
+    let err = short.build().err().unwrap();
+    assert!(matches!(&err, ConfigError::Invalid { name, .. } if name == "DS_JWT_HS256_SECRET"), "{err}");
+    assert!(err.to_string().contains("32 bytes"), "{err}");
     let bad_pem = AuthSettings { jwt_public_key_pem: Some(b"nope".to_vec()), ..settings() };
-    assert!(bad_pem.build().is_err());
+    assert!(matches!(bad_pem.build(), Err(ConfigError::Invalid { name, .. }) if name == "DS_JWT_PUBLIC_KEY"));
     assert!(AuthSettings::default().build().unwrap().is_none(), "nothing configured: access control off");
 }
 

@@ -4,9 +4,14 @@
 //! `900KiB`, `1MiB` or `1GiB`, switches `true`/`false` (or `1`/`0`,
 //! `yes`/`no`, `on`/`off`). Values are parsed by one function each, and
 //! every mistake is one [`ConfigError`] that names the setting (or the
-//! entry and field of a configuration text) it came from.
+//! entry and field of a configuration text) it came from. A processors
+//! configuration is named the same way everywhere too (`DS_PROCESSORS`: a
+//! file; `DS_PROCESSORS_TOML`: the TOML itself; see [`processors_text`]).
 
 use std::time::Duration;
+
+mod processors;
+pub use processors::{processors_text, ProcessorsOrigin, ProcessorsText, PROCESSORS_FILE, PROCESSORS_TOML};
 
 /// A value that is not in the dialect; each variant holds the value as
 /// written. Write it as the message shows.

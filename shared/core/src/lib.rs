@@ -21,7 +21,7 @@ pub mod service;
 pub mod substrate;
 
 pub use ds_clock::{Clock, Random};
-pub use error::StoreError;
+pub use error::{ErrorSource, StoreError};
 pub use model::*;
 pub use pending::{PendingCommit, TrySubmit};
 pub use service::*;

@@ -50,14 +50,17 @@ impl Future for PendingCommit {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match &mut self.get_mut().0 {
-            Pending::Done(result) => Poll::Ready(
-                result
-                    .take()
-                    .unwrap_or_else(|| Err(StoreError::Backend("a commit's outcome was asked for twice".into()))),
-            ),
+            Pending::Done(result) => {
+                Poll::Ready(result.take().unwrap_or_else(|| {
+                    Err(StoreError::backend("local commit", "a commit's outcome was asked for twice"))
+                }))
+            }
             Pending::Acked(ack) => Pin::new(ack).poll(cx).map(|answer| {
                 answer.unwrap_or_else(|_| {
-                    Err(StoreError::Backend("the store's writer stopped before acknowledging (outcome unknown)".into()))
+                    Err(StoreError::backend(
+                        "local commit",
+                        "the store's writer stopped before acknowledging (outcome unknown)",
+                    ))
                 })
             }),
             Pending::Waiting(fut) => fut.as_mut().poll(cx),
@@ -85,7 +88,7 @@ mod tests {
     fn a_done_commit_answers_once_then_never_claims_success() {
         let mut p = PendingCommit::done(Ok(()));
         assert!(matches!(now(&mut p), Poll::Ready(Ok(()))));
-        assert!(matches!(now(&mut p), Poll::Ready(Err(StoreError::Backend(_)))));
+        assert!(matches!(now(&mut p), Poll::Ready(Err(StoreError::Backend { .. }))));
         let mut refused = PendingCommit::done(Err(StoreError::Conflict));
         assert!(matches!(now(&mut refused), Poll::Ready(Err(StoreError::Conflict))));
     }
@@ -100,6 +103,8 @@ mod tests {
         let (tx, rx) = oneshot::channel::<Result<(), StoreError>>();
         let mut p = PendingCommit::acked(rx);
         drop(tx);
-        assert!(matches!(now(&mut p), Poll::Ready(Err(StoreError::Backend(m))) if m.contains("outcome unknown")));
+        assert!(
+            matches!(now(&mut p), Poll::Ready(Err(e @ StoreError::Backend { .. })) if e.to_string().contains("outcome unknown"))
+        );
     }
 }

@@ -99,7 +99,7 @@ impl From<ServiceError> for ApiError {
             ServiceError::Store(StoreError::TooLarge(_)) => {
                 Self::new(StatusCode::PAYLOAD_TOO_LARGE, "PAYLOAD_TOO_LARGE", msg)
             }
-            ServiceError::Store(StoreError::Backend(_)) => {
+            ServiceError::Store(StoreError::Backend { .. } | StoreError::Corrupt { .. }) => {
                 tracing::error!(error = %msg, "storage failure");
                 Self::new(StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL", "internal storage error")
             }

@@ -198,9 +198,10 @@ impl From<AwsError> for StoreError {
         match e {
             AwsError::ConditionFailed { .. } => StoreError::Conflict,
             AwsError::Throttled(m) | AwsError::Ambiguous(m) => StoreError::Unavailable(m),
-            AwsError::AlreadyExists => StoreError::Backend("object key collision".into()),
-            AwsError::Rejected(m) | AwsError::NotFound(m) => StoreError::Backend(m),
-            AwsError::Codec(c) => StoreError::Backend(c.to_string()),
+            AwsError::AlreadyExists => StoreError::backend("S3 PutObject", "object key collision"),
+            AwsError::Rejected(m) => StoreError::backend("AWS call rejected", m),
+            AwsError::NotFound(m) => StoreError::backend("AWS resource not found", m),
+            AwsError::Codec(c) => StoreError::from(c),
         }
     }
 }
@@ -210,14 +211,14 @@ impl From<CommitFailure> for StoreError {
         match e {
             CommitFailure::Conflict { .. } | CommitFailure::Contended => StoreError::Conflict,
             CommitFailure::Throttled(m) | CommitFailure::Ambiguous(m) => StoreError::Unavailable(m),
-            CommitFailure::Rejected(m) => StoreError::Backend(m),
+            CommitFailure::Rejected(m) => StoreError::backend("DynamoDB TransactWriteItems", m),
         }
     }
 }
 
 impl From<CodecError> for StoreError {
     fn from(e: CodecError) -> Self {
-        StoreError::Backend(e.to_string())
+        StoreError::corrupt("DynamoDB item", e)
     }
 }
 

@@ -55,7 +55,7 @@ fn meta_condition(cond: &MetaCond) -> Cond {
 }
 
 fn build_err(e: aws_sdk_dynamodb::error::BuildError) -> StoreError {
-    StoreError::Backend(format!("building a transaction item: {e}"))
+    StoreError::backend("building a transaction item", e)
 }
 
 /// The part every transaction item shares, on any of the SDK's three item

@@ -157,7 +157,7 @@ fn swap_items(
         .expression_attribute_values(":inc", s(incarnation))
         .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
         .build()
-        .map_err(|e| StoreError::Backend(e.to_string()))?;
+        .map_err(|e| StoreError::backend("building a transaction item", e))?;
     tx.push(TransactWriteItem::builder().condition_check(check).build());
     for c in run {
         let key_item =
@@ -175,7 +175,7 @@ fn swap_items(
             .expression_attribute_values(":off", n(c.start - start))
             .expression_attribute_values(":start", n(c.start))
             .build()
-            .map_err(|e| StoreError::Backend(e.to_string()))?;
+            .map_err(|e| StoreError::backend("building a transaction item", e))?;
         tx.push(TransactWriteItem::builder().update(update).build());
     }
     Ok(tx)

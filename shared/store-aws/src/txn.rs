@@ -55,10 +55,10 @@ pub async fn commit(b: &Backend, commit: Commit) -> Result<(), StoreError> {
         return Ok(());
     }
     if writes.row_count() > MAX_TRANSACTION_ITEMS {
-        return Err(StoreError::Backend(format!(
-            "commit needs {} items; a DynamoDB transaction holds at most {MAX_TRANSACTION_ITEMS}",
-            writes.row_count()
-        )));
+        return Err(StoreError::backend(
+            "DynamoDB TransactWriteItems",
+            format!("commit needs {} items; a transaction holds at most {MAX_TRANSACTION_ITEMS}", writes.row_count()),
+        ));
     }
     let cid = uuid::Uuid::new_v4().to_string();
     let (bodies, uploaded) = upload_large_bodies(b, &writes).await?;
@@ -158,7 +158,7 @@ async fn run(b: &Backend, writes: &NetWrites, items: Vec<TransactWriteItem>, rol
                 if ambiguous {
                     return Outcome::Unknown(m);
                 }
-                return Outcome::NotApplied(StoreError::Backend(m));
+                return Outcome::NotApplied(StoreError::backend("DynamoDB TransactWriteItems", m));
             }
         }
     }

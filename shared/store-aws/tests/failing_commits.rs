@@ -78,7 +78,7 @@ async fn s3_failure_fails_the_append_before_any_commit() {
     svc.create(create_req(&path)).await.expect("create");
     aws.inject_fault(FaultPoint::S3Put, Fault::Reject, 1);
     let err = svc.append(append_req(&path, Bytes::from(vec![b'x'; BIG]))).await.expect_err("S3 rejected");
-    assert!(matches!(err, ServiceError::Store(StoreError::Backend(_))), "{err:?}");
+    assert!(matches!(err, ServiceError::Store(StoreError::Backend { .. })), "{err:?}");
     let meta = svc.head(&path).await.expect("head");
     assert_eq!((meta.tail, meta.version), (0, 0), "no commit happened");
     assert_eq!(read_all(&svc, &path).await.0.len(), 0);
@@ -139,7 +139,7 @@ async fn rejected_commit_is_reported_and_leaves_nothing() {
     svc.create(create_req(&path)).await.expect("create");
     aws.inject_fault(FaultPoint::Transact, Fault::Reject, 1);
     let err = svc.append(append_req(&path, Bytes::from(vec![b'r'; BIG]))).await.expect_err("rejected");
-    assert!(matches!(err, ServiceError::Store(StoreError::Backend(_))), "{err:?}");
+    assert!(matches!(err, ServiceError::Store(StoreError::Backend { .. })), "{err:?}");
     assert_eq!(read_all(&svc, &path).await.1, 0);
     assert!(objects_of(&f, &path).await.is_empty());
 }

@@ -43,7 +43,7 @@ pub(crate) fn decode_meta(path: &str, bytes: &[u8]) -> Result<StreamMeta, StoreE
             return Err(corrupt(format!("meta record for {path}")));
         }
         return crate::meta_codec::decode(body)
-            .ok_or_else(|| StoreError::Backend(format!("corrupt meta record for {path}: malformed body")));
+            .ok_or_else(|| StoreError::corrupt(format!("meta record for {path}"), "malformed body"));
     }
     let json = match bytes.split_first() {
         Some((&FORMAT_JSON_CRC32, rest)) if rest.len() >= 4 => {
@@ -55,16 +55,16 @@ pub(crate) fn decode_meta(path: &str, bytes: &[u8]) -> Result<StreamMeta, StoreE
         }
         Some((&FORMAT_JSON_V1, json)) => json,
         Some((format, _)) => {
-            return Err(StoreError::Backend(format!("meta record for {path} has unknown format {format}")))
+            return Err(StoreError::corrupt(format!("meta record for {path}"), format!("unknown format {format}")))
         }
-        None => return Err(StoreError::Backend(format!("empty meta record for {path}"))),
+        None => return Err(StoreError::corrupt(format!("meta record for {path}"), "empty")),
     };
-    serde_json::from_slice(json).map_err(|e| StoreError::Backend(format!("corrupt meta record for {path}: {e}")))
+    serde_json::from_slice(json).map_err(|e| StoreError::corrupt(format!("meta record for {path}"), e))
 }
 
 fn corrupt(what: String) -> StoreError {
     tracing::error!(record = %what, "local store: checksum mismatch (corrupt record); not served");
-    StoreError::Backend(format!("corrupt {what}: checksum mismatch"))
+    StoreError::corrupt(what, "checksum mismatch")
 }
 
 /// The checksum stored with a chunk's bytes.
@@ -141,7 +141,7 @@ mod tests {
         let format2 = [&[FORMAT_JSON_CRC32][..], &crc32fast::hash(&json).to_le_bytes(), &json].concat();
         assert_eq!(decode_meta("a", &format2).unwrap(), m, "format 2 is still read");
         for bad in [&b""[..], b"\x01{", b"\x02{}", b"\x03", b"\x03\0\0\0\0", b"\x09{}", b"\x01{\"path\":\"a\"}"] {
-            assert!(matches!(decode_meta("a", bad), Err(StoreError::Backend(_))), "{bad:?}");
+            assert!(matches!(decode_meta("a", bad), Err(StoreError::Corrupt { .. })), "{bad:?}");
         }
     }
 

@@ -33,7 +33,7 @@ pub(crate) fn storage(e: impl Into<redb::Error>) -> StoreError {
         redb::Error::PreviousIo => {
             StoreError::Unavailable("local store: recovering from an earlier I/O error (e.g. a full disk)".into())
         }
-        other => StoreError::Backend(format!("local store: {other}")),
+        other => StoreError::backend("local store", other),
     }
 }
 
@@ -64,16 +64,6 @@ pub(crate) fn commit_failure(e: redb::CommitError) -> StoreError {
         redb::Error::PreviousIo => {
             StoreError::Unavailable(format!("local store: commit failed after an I/O error; {unknown}"))
         }
-        other => StoreError::Backend(format!("local store commit failed (outcome unknown, reopen the store): {other}")),
-    }
-}
-
-/// The same error for every commit of a failed batch (`StoreError` is not `Clone`).
-pub(crate) fn replicate(e: &StoreError) -> StoreError {
-    match e {
-        StoreError::Conflict => StoreError::Conflict,
-        StoreError::Unavailable(m) => StoreError::Unavailable(m.clone()),
-        StoreError::Backend(m) => StoreError::Backend(m.clone()),
-        StoreError::TooLarge(m) => StoreError::TooLarge(m.clone()),
+        other => StoreError::backend("local store commit (outcome unknown, reopen the store)", other),
     }
 }

@@ -200,10 +200,10 @@ pub(crate) fn recover(db: &Database, wal: &mut Wal) -> Result<Recovered, StoreEr
                     return Ok(()); // in redb's durable state already (cut short before the log was emptied)
                 }
                 if lsn != last + 1 {
-                    return Err(StoreError::Backend(format!(
-                        "local store log {}: entry {lsn} follows {last} (entries missing); refusing to open",
-                        wal_name()
-                    )));
+                    return Err(StoreError::corrupt(
+                        format!("local store log {}", wal_name()),
+                        format!("entry {lsn} follows {last} (entries missing); refusing to open"),
+                    ));
                 }
                 let batch = decode_batch(lsn, &body)?;
                 for writes in &batch.commits {
@@ -254,7 +254,7 @@ struct Reader<'a> {
 
 impl<'a> Reader<'a> {
     fn corrupt(&self, what: &str) -> StoreError {
-        StoreError::Backend(format!("local store log entry {}: {what} at byte {}", self.lsn, self.at))
+        StoreError::corrupt(format!("local store log entry {}", self.lsn), format!("{what} at byte {}", self.at))
     }
 
     fn take(&mut self, n: usize) -> Result<&'a [u8], StoreError> {

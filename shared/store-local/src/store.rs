@@ -151,7 +151,7 @@ impl LocalStore {
         let db = self.db.get()?;
         tokio::task::spawn_blocking(move || read(&db.begin_read().map_err(storage)?))
             .await
-            .map_err(|e| StoreError::Backend(format!("local store read task failed: {e}")))?
+            .map_err(|e| StoreError::backend("local store read task", e))?
     }
 }
 

@@ -294,7 +294,7 @@ impl<'txn> WriteTables<'txn> {
                     self.meta.insert(&*m.path, encoded.as_slice()).map_err(storage)?;
                 }
                 (MetaEffect::Put(_), None) => {
-                    return Err(StoreError::Backend(format!("local store: meta of {} not encoded", m.path)));
+                    return Err(StoreError::backend("local store write", format!("meta of {} not encoded", m.path)));
                 }
                 (MetaEffect::Delete, _) => self.remove_meta(&m.path)?,
                 (MetaEffect::CheckOnly, _) => {}

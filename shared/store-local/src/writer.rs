@@ -36,7 +36,7 @@ use redb::{Durability, ReadableDatabase};
 use tokio::sync::oneshot;
 
 use crate::codec::encode_metas;
-use crate::error::{commit_failure, io_failure, replicate, storage};
+use crate::error::{commit_failure, io_failure, storage};
 use crate::handle::DbHandle;
 use crate::meta_cache::CommittedMetas;
 use crate::overlay::{Layers, Overlay};
@@ -301,7 +301,7 @@ impl Writer {
                 tracing::error!(error = %error, commits = commits.len(), "local store batch failed");
                 self.needs_recovery |= recover;
                 self.shared.metas.clear();
-                commits.iter().map(|_| Err(replicate(&error))).collect()
+                commits.iter().map(|_| Err(error.clone())).collect()
             }
         }
     }
@@ -309,7 +309,8 @@ impl Writer {
     fn try_write_batch(&mut self, commits: &[&NetWrites], touches: &[(String, Touch)]) -> Result<Done, Failed> {
         let not_written = |error| Failed { error, recover: false };
         self.ready().map_err(not_written)?;
-        let tables = self.tables.as_ref().ok_or_else(|| not_written(StoreError::Backend("no snapshot".into())))?;
+        let tables =
+            self.tables.as_ref().ok_or_else(|| not_written(StoreError::backend("local store write", "no snapshot")))?;
         let mut staged = Overlay::default();
         let mut outcomes = Vec::with_capacity(commits.len());
         let mut applied: Vec<AppliedCommit<'_>> = Vec::with_capacity(commits.len());

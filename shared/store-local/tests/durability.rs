@@ -103,13 +103,13 @@ async fn corrupt_meta_record_is_a_backend_error() {
     let store = LocalStore::open(dir.path()).unwrap();
     for path in ["bad/json", "bad/format", "bad/empty"] {
         let read = store.read_meta(&StreamHandle::detached(path)).await;
-        assert!(matches!(read, Err(StoreError::Backend(_))), "{path}: {read:?}");
+        assert!(matches!(read, Err(StoreError::Corrupt { .. })), "{path}: {read:?}");
         let mut next = new_meta(path);
         next.version = 1;
         let commit = Commit { ops: vec![Op::PutMeta { meta: next, expect: Expect::Version(0) }] };
-        assert!(matches!(store.commit(commit).await, Err(StoreError::Backend(_))), "{path}: commit");
+        assert!(matches!(store.commit(commit).await, Err(StoreError::Corrupt { .. })), "{path}: commit");
     }
-    assert!(matches!(store.list_streams(None, 10).await, Err(StoreError::Backend(_))));
+    assert!(matches!(store.list_streams(None, 10).await, Err(StoreError::Corrupt { .. })));
     // The store stays usable for healthy records.
     let good = new_meta("good");
     store.commit(Commit { ops: vec![Op::PutMeta { meta: good.clone(), expect: Expect::Absent }] }).await.unwrap();

@@ -111,9 +111,9 @@ async fn extending_a_damaged_row_keeps_the_damage_detected() {
     assert_eq!(done.position, 19);
     let (s, _due) = local_substrate(dir.path()).unwrap();
     let read = s.store.read_chunks(&StreamHandle::detached(&path), &incarnation, 0, done.meta.tail, usize::MAX).await;
-    assert!(matches!(read, Err(StoreError::Backend(_))), "the extended row still fails its check: {read:?}");
+    assert!(matches!(read, Err(StoreError::Corrupt { .. })), "the extended row still fails its check: {read:?}");
     let whole = s.store.read_contiguous(&StreamHandle::detached(&path), &incarnation, 0, done.meta.tail, 1 << 20).await;
-    assert!(matches!(whole, Err(StoreError::Backend(_))), "and is never served whole: {whole:?}");
+    assert!(matches!(whole, Err(StoreError::Corrupt { .. })), "and is never served whole: {whole:?}");
     let from_inside = s.store.read_chunks(&StreamHandle::detached(&path), &incarnation, 20, 21, 1).await;
-    assert!(matches!(from_inside, Err(StoreError::Backend(_))), "nor from inside it: {from_inside:?}");
+    assert!(matches!(from_inside, Err(StoreError::Corrupt { .. })), "nor from inside it: {from_inside:?}");
 }

@@ -119,7 +119,7 @@ impl Subscriptions {
             max_body_bytes: 64 * 1024,
             ..EgressConfig::default()
         })
-        .map_err(|e| StoreError::Backend(format!("webhook client: {e}")))?;
+        .map_err(|e| StoreError::backend("webhook client", e))?;
         let inner = Inner {
             service,
             keys,

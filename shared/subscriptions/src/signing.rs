@@ -63,7 +63,7 @@ impl FileKeyStore {
 }
 
 fn io(e: std::io::Error) -> StoreError {
-    StoreError::Backend(format!("webhook signing key file: {e}"))
+    StoreError::backend("webhook signing key file", e)
 }
 
 #[async_trait]
@@ -95,7 +95,7 @@ impl KeyStore for FileKeyStore {
             std::fs::rename(&tmp, &path)?;
             Ok(true)
         });
-        task.await.map_err(|e| StoreError::Backend(e.to_string()))?.map_err(io)
+        task.await.map_err(|e| StoreError::backend("webhook signing key file", e))?.map_err(io)
     }
 }
 
@@ -177,8 +177,14 @@ pub struct KeyRing {
     retired: Vec<PublicJwk>,
 }
 
-fn corrupt(what: &str) -> StoreError {
-    StoreError::Backend(format!("webhook signing key ring: {what}"))
+/// A key ring record that does not decode.
+fn corrupt(what: &'static str) -> StoreError {
+    StoreError::corrupt("webhook signing key ring", what)
+}
+
+/// A key ring that could not be made.
+fn unmade(what: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> StoreError {
+    StoreError::backend("webhook signing key ring", what)
 }
 
 /// A new key as PKCS#8. The seed comes from the OS (`getrandom`): aws-lc's
@@ -187,11 +193,11 @@ fn corrupt(what: &str) -> StoreError {
 /// `jent_*` functions), longer than the rest of start-up.
 fn generate_pkcs8() -> Result<Vec<u8>, StoreError> {
     let mut seed = [0u8; 32];
-    OsRng.try_fill_bytes(&mut seed).map_err(|_| corrupt("no randomness from the OS"))?;
+    OsRng.try_fill_bytes(&mut seed).map_err(|_| unmade("no randomness from the OS"))?;
     let pair = Ed25519KeyPair::from_seed_unchecked(&seed);
     seed.fill(0);
-    let pair = pair.map_err(|_| corrupt("key generation failed"))?;
-    let doc = pair.to_pkcs8().map_err(|_| corrupt("key encoding failed"))?;
+    let pair = pair.map_err(|_| unmade("key generation failed"))?;
+    let doc = pair.to_pkcs8().map_err(|_| unmade("key encoding failed"))?;
     Ok(doc.as_ref().to_vec())
 }
 
@@ -204,7 +210,7 @@ impl KeyRing {
                 return Self::decode(&doc);
             }
             let doc = RingDoc { active_pkcs8: STANDARD.encode(generate_pkcs8()?), retired: Vec::new() };
-            let bytes = serde_json::to_vec(&doc).map_err(|e| corrupt(&e.to_string()))?;
+            let bytes = serde_json::to_vec(&doc).map_err(unmade)?;
             if store.store(&bytes, None).await? {
                 tracing::info!("generated the webhook signing key");
                 return Self::decode(&bytes);
@@ -224,7 +230,7 @@ impl KeyRing {
             let mut retired = vec![old.active_jwk.clone()];
             retired.extend(old.retired);
             let next = RingDoc { active_pkcs8: STANDARD.encode(generate_pkcs8()?), retired };
-            let bytes = serde_json::to_vec(&next).map_err(|e| corrupt(&e.to_string()))?;
+            let bytes = serde_json::to_vec(&next).map_err(unmade)?;
             if store.store(&bytes, Some(version)).await? {
                 return Self::decode(&bytes);
             }

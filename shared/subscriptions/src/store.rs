@@ -30,8 +30,12 @@ fn sub_path(id: &str) -> String {
     format!("{HOME}/{id}")
 }
 
-fn corrupt(what: &str, e: impl std::fmt::Display) -> StoreError {
-    StoreError::Backend(format!("subscription {what} record: {e}"))
+fn corrupt(what: &str, e: serde_json::Error) -> StoreError {
+    StoreError::corrupt(format!("subscription {what} record"), e)
+}
+
+fn unencodable(e: serde_json::Error) -> StoreError {
+    StoreError::backend("encoding a subscription record", e)
 }
 
 /// A record with the revision it was read at.
@@ -90,12 +94,12 @@ fn put(path: Arc<str>, key: &str, value: Vec<u8>, expect: Option<u64>) -> Op {
 
 /// The write of `rec` over the stored revision `expect` (`None`: absent).
 pub fn put_subscription(rec: &SubscriptionRecord, expect: Option<u64>) -> Result<Op, StoreError> {
-    let value = serde_json::to_vec(rec).map_err(|e| corrupt("state", e))?;
+    let value = serde_json::to_vec(rec).map_err(unencodable)?;
     Ok(put(sub_path(&rec.id).into(), STATE_KEY, value, expect))
 }
 
 pub fn put_index(index: &Index, expect: Option<u64>) -> Result<Op, StoreError> {
-    let value = serde_json::to_vec(index).map_err(|e| corrupt("index", e))?;
+    let value = serde_json::to_vec(index).map_err(unencodable)?;
     Ok(put(HOME.into(), INDEX_KEY, value, expect))
 }
 

@@ -211,9 +211,16 @@ fn refuses(config: &str, expect: &str) {
     let tmp = tempfile::tempdir().unwrap();
     let path = tmp.path().join("bad.toml");
     std::fs::write(&path, config).unwrap();
+    refuses_with(&["--processors".into(), path.display().to_string()], &[], expect);
+}
+
+/// `serve` with these extra arguments and environment: must exit non-zero
+/// on its own, saying `expect`.
+fn refuses_with(args: &[String], env: &[(&str, &str)], expect: &str) {
     let mut child = Command::new(server_bin())
-        .args(["serve", "--store", "memory", "--bind", "127.0.0.1:0", "--processors"])
-        .arg(&path)
+        .args(["serve", "--store", "memory", "--bind", "127.0.0.1:0"])
+        .args(args)
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -223,7 +230,7 @@ fn refuses(config: &str, expect: &str) {
     while child.try_wait().unwrap().is_none() {
         if Instant::now() > deadline {
             child.kill().unwrap();
-            panic!("the server started with a bad configuration:\n{config}");
+            panic!("the server started with a bad configuration: {args:?} {env:?}");
         }
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -243,4 +250,20 @@ fn a_bad_configuration_is_a_start_up_error_naming_the_field() {
         "field `target`: stream \"missing\" does not exist",
     );
     refuses("[[processor]\n", "line 1");
+}
+
+/// `DS_PROCESSORS` is a file and `DS_PROCESSORS_TOML` the TOML itself, on the
+/// server as on Lambda: the text is read as configuration (its mistakes name
+/// the field), and naming both is refused.
+#[test]
+fn the_toml_itself_is_taken_inline_and_never_together_with_a_file() {
+    let typo = "[[processor]]\nslug = \"p\"\nkind = \"outbx\"\nstreams = \"a/*\"";
+    refuses_with(&["--processors-toml".into(), typo.into()], &[], "field `kind`: unknown processor kind \"outbx\"");
+    refuses_with(&[], &[("DS_PROCESSORS_TOML", typo)], "field `kind`: unknown processor kind \"outbx\"");
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("p.toml");
+    std::fs::write(&file, "").unwrap();
+    refuses_with(&["--processors".into(), file.display().to_string()], &[("DS_PROCESSORS_TOML", "[host]")], "not both");
+    // The TOML where a file is expected is a file that does not exist.
+    refuses_with(&[], &[("DS_PROCESSORS", typo)], "DS_PROCESSORS: cannot read");
 }

@@ -8,7 +8,7 @@
 //!
 //! Configured like the function, from the environment (`AWS_ENDPOINT_URL`,
 //! `DS_AWS_*`, `DS_LONG_POLL_TIMEOUT`, `DS_WEBHOOK_ALLOW_LOOPBACK`, ...);
-//! `--processors FILE` sets `DS_PROCESSORS` to the file's text. It binds
+//! `--processors FILE` sets `DS_PROCESSORS` (a file, as on every host). It binds
 //! loopback addresses only.
 
 use anyhow::{bail, Context};
@@ -23,8 +23,7 @@ async fn main() -> anyhow::Result<()> {
             "--bind" => bind = Some(args.next().context("--bind needs an address")?.parse()?),
             "--processors" => {
                 let file = args.next().context("--processors needs a file")?;
-                let text = std::fs::read_to_string(&file).with_context(|| format!("reading {file}"))?;
-                std::env::set_var("DS_PROCESSORS", text);
+                std::env::set_var("DS_PROCESSORS", file);
             }
             other => {
                 bail!("unknown argument {other:?} (usage: ds-lambda-router --bind 127.0.0.1:PORT [--processors FILE])")

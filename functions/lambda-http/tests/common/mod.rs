@@ -37,7 +37,7 @@ pub async fn tapped_service() -> (StreamService, std::sync::Arc<ds_subscriptions
 pub async fn router(service: StreamService, env: std::collections::HashMap<&'static str, String>) -> axum::Router {
     let settings = ds_config::Settings::new(move |k: &str| env.get(k).cloned());
     let mut ops = lambda_http_fn::operations(&settings).expect("operations from env");
-    ops.processors = lambda_http_fn::processors(&settings, &service).await.expect("DS_PROCESSORS");
+    ops.processors = lambda_http_fn::processors(&settings, &service).await.expect("DS_PROCESSORS_TOML");
     ops.subscriptions = Some(lambda_http_fn::subscriptions(&settings, &service).await.expect("subscriptions"));
     ds_http::router_with(service, lambda_http_fn::http_config_from_env().expect("cfg"), ops)
 }

@@ -222,7 +222,7 @@ fn dedupe_record_key(key: &str) -> String {
 fn decode_position(value: &[u8]) -> ServiceResult<u64> {
     let bytes: [u8; 8] = value
         .try_into()
-        .map_err(|_| crate::StoreError::Backend(format!("dedupe record holds {} bytes, not 8", value.len())))?;
+        .map_err(|_| crate::StoreError::corrupt("dedupe record", format!("holds {} bytes, not 8", value.len())))?;
     Ok(u64::from_be_bytes(bytes))
 }
 

@@ -85,7 +85,7 @@ impl StreamService {
                 pos = end;
             }
             if start > at || (data.is_empty() && at < meta.tail) {
-                return Err(StoreError::Backend(format!("gap in {} at {at}", meta.path)).into());
+                return Err(StoreError::corrupt(format!("chunks of {}", meta.path), format!("gap at {at}")).into());
             }
             return Ok((start, Bytes::from(data)));
         }
@@ -102,7 +102,13 @@ impl StreamService {
         while let Some(o) = origin.filter(|o| at < o.base) {
             let source = match self.sub.fork_peer.source_meta(&o.source).await? {
                 Some(s) if s.incarnation == o.source_incarnation => s,
-                _ => return Err(StoreError::Backend(format!("fork source {} is missing", o.source)).into()),
+                _ => {
+                    return Err(StoreError::corrupt(
+                        format!("fork of {}", meta.path),
+                        format!("source {} is missing", o.source),
+                    )
+                    .into())
+                }
             };
             if at >= source.own_start() {
                 let chunks = self.sub.fork_peer.read_source(&source.path, &source.incarnation, at, at + 1, 1).await?;

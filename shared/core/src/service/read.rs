@@ -185,10 +185,10 @@ impl StreamService {
                 let source = match self.sub.fork_peer.source_meta(&origin.source).await? {
                     Some(s) if s.incarnation == origin.source_incarnation => s,
                     _ => {
-                        return Err(crate::StoreError::Backend(format!(
-                            "fork source {} of {} is missing",
-                            origin.source, meta.path
-                        ))
+                        return Err(crate::StoreError::corrupt(
+                            format!("fork of {}", meta.path),
+                            format!("source {} is missing", origin.source),
+                        )
                         .into())
                     }
                 };
@@ -219,7 +219,11 @@ impl StreamService {
                 }
                 if chunk.end() <= pos || chunk.start > pos {
                     if chunk.start > pos {
-                        return Err(crate::StoreError::Backend(format!("gap in {} at {pos}", meta.path)).into());
+                        return Err(crate::StoreError::corrupt(
+                            format!("chunks of {}", meta.path),
+                            format!("gap at {pos}"),
+                        )
+                        .into());
                     }
                     continue;
                 }

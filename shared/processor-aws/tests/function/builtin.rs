@@ -1,4 +1,4 @@
-//! The built-in processors as a deployment names them (`DS_PROCESSORS`, the
+//! The built-in processors as a deployment names them (`DS_PROCESSORS_TOML`, the
 //! TOML of `serve --processors`), run by the processor function from the
 //! table's stream records: the outbox appends exactly once, the counter's
 //! state lands in its progress record, and a repeated batch changes nothing.

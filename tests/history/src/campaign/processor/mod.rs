@@ -43,7 +43,7 @@ pub const OUTBOX: &str = "accepted";
 pub const TARGET: &str = "shop-accepted";
 pub const COUNTER: &str = "shop-count";
 
-/// The deployment's processors (the TOML of `DS_PROCESSORS`).
+/// The deployment's processors (the TOML of `DS_PROCESSORS_TOML`).
 const CONFIG: &str = r#"
 [[processor]]
 kind = "outbox"
