@@ -59,10 +59,24 @@ impl ProgressStore for Counting {
     }
 }
 
-/// A service with `orders/1` holding [`EVENTS`] placed orders; the
-/// positions just past each.
-async fn world() -> (StreamService, StreamIncarnation, Vec<u64>) {
-    let (substrate, _due) = ds_store_memory::memory_substrate();
+/// A fresh store of one kind (a local one in its own directory, kept
+/// while the store is used).
+#[derive(Clone, Copy, Debug)]
+enum Store {
+    Memory,
+    Local,
+}
+
+/// A service on a fresh `store` with `orders/1` holding [`EVENTS`] placed
+/// orders; the positions just past each.
+async fn world(store: Store) -> (StreamService, StreamIncarnation, Vec<u64>, Option<tempfile::TempDir>) {
+    let (substrate, dir) = match store {
+        Store::Memory => (ds_store_memory::memory_substrate().0, None),
+        Store::Local => {
+            let dir = tempfile::tempdir().unwrap();
+            (ds_store_local::local_substrate(dir.path()).unwrap().0, Some(dir))
+        }
+    };
     let svc = StreamService::new(substrate, ServiceConfig::default());
     let req = CreateRequest {
         path: "orders/1".into(),
@@ -79,7 +93,7 @@ async fn world() -> (StreamService, StreamIncarnation, Vec<u64>) {
         let event = OutgoingEvent::new("order/placed", json!({ "id": id })).encode();
         positions.push(journal.append(&inc, event, &format!("k{id}")).await.unwrap().position);
     }
-    (svc, inc, positions)
+    (svc, inc, positions, dir)
 }
 
 async fn feed_ids(svc: &StreamService) -> Vec<u64> {
@@ -120,19 +134,31 @@ async fn run(svc: &StreamService, checkpoint: &str, die_at: Option<u64>) -> Arc<
 
 #[tokio::test]
 async fn every_100_events_writes_a_hundredth_of_the_progress_records() {
-    let (svc, _, _) = world().await;
+    for store in [Store::Memory, Store::Local] {
+        a_hundredth(store).await;
+    }
+}
+
+async fn a_hundredth(store: Store) {
+    let (svc, _, _, _dir) = world(store).await;
     let every = run(&svc, "every event", None).await.commits.load(SeqCst);
-    let (svc, _, _) = world().await;
+    let (svc, _, _, _dir) = world(store).await;
     let hundred = run(&svc, "every 100 events", None).await.commits.load(SeqCst);
-    assert_eq!(every, EVENTS, "one checkpoint per event");
+    assert_eq!(every, EVENTS, "{store:?}: one checkpoint per event");
     // 10 after 100 events each; the one at the head has nothing new to write.
-    assert!((EVENTS / 100..=EVENTS / 100 + 1).contains(&hundred), "{hundred} checkpoints");
+    assert!((EVENTS / 100..=EVENTS / 100 + 1).contains(&hundred), "{store:?}: {hundred} checkpoints");
     assert_eq!(feed_ids(&svc).await, (0..EVENTS).collect::<Vec<_>>());
 }
 
 #[tokio::test]
 async fn a_kill_mid_batch_replays_only_what_was_not_checkpointed_and_relays_once() {
-    let (svc, inc, positions) = world().await;
+    for store in [Store::Memory, Store::Local] {
+        killed_mid_batch(store).await;
+    }
+}
+
+async fn killed_mid_batch(store: Store) {
+    let (svc, inc, positions, _dir) = world(store).await;
     // Killed while writing its third checkpoint (after the 300th event):
     // the first two (events 100 and 200) landed.
     let killed = run(&svc, "every 100 events", Some(3)).await;
