@@ -13,6 +13,8 @@ run() {
   cargo test -p ds-store-aws --test calls -- --nocapture --test-threads=1
   # The processor function: calls per processed batch (one journal read, one progress write).
   cargo test -p ds-processor-aws --test calls -- --nocapture --test-threads=1
+  # Progress writes per event with the checkpoint cadence of the processors file.
+  cargo test -p ds-processor-aws --test cadence -- --nocapture --test-threads=1
 }
 if [ -n "${AWS_ENDPOINT_URL:-}" ]; then
   run

@@ -22,12 +22,16 @@ use ds_processor::{JournalError, Recovery, RecoveryError};
 use ds_processor_host::{AlarmScheduler, ProcessorRegistry, StreamRecovery};
 use ds_store_aws::AwsSubstrate;
 use futures::future::BoxFuture;
+use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::Value;
 
 use crate::host::{HostConfig, Processors};
 use crate::lag::{FailureKind, PlaneMetrics};
+
+/// Streams of one batch whose processors run at the same time.
+const STREAMS_AT_ONCE: usize = 16;
 use crate::queue::{SendError, SqsQueue};
 use crate::record::{sequence_number_of, Meaning, StreamEvent, StreamKey, StreamRecord};
 use crate::revival::RevivalInput;
@@ -278,16 +282,25 @@ impl ProcessorFunction {
                 }
             }
         }
+        // Streams are independent (each has its own progress records and
+        // journal), so a batch's streams catch up side by side: the
+        // invocation takes as long as its slowest stream, not their sum.
+        let mut streams = Vec::with_capacity(order.len());
         for path in order {
             let Some(bell) = bells.get(&path) else { continue };
-            if let Err(errors) = self.processors.wake(&path, Some(&bell.incarnation), deadline_ms).await {
+            let (incarnation, chunks, first) = (bell.incarnation.clone(), bell.chunks, bell.first_sequence.clone());
+            streams.push(async move {
+                let woken = self.processors.wake(&path, Some(&incarnation), deadline_ms).await;
+                self.upkeep.chunks_inserted(&path, chunks).await;
+                let errors = woken.err()?;
                 for e in &errors {
                     tracing::error!(path, error = %e, "processing the stream failed; its records will be retried");
                 }
-                failed.push(bell.first_sequence.clone());
-            }
-            self.upkeep.chunks_inserted(&path, bell.chunks).await;
+                Some(first)
+            });
         }
+        let woken: Vec<Option<String>> = futures::stream::iter(streams).buffered(STREAMS_AT_ONCE).collect().await;
+        failed.extend(woken.into_iter().flatten());
         // After the processors: a slow webhook must not hold them up.
         if let Some(plane) = &self.subscriptions {
             let tails: BTreeMap<String, StreamTail> = bells

@@ -21,8 +21,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use ds_core::StreamService;
 use ds_processor::{
-    Adapters, Fence, JournalError, ProgressError, ProgressStore, Recovery, Revival, RunnerConfig, RunnerError,
-    StoredProgress, StreamIncarnation,
+    Adapters, CheckpointCadence, Fence, JournalError, ProgressError, ProgressStore, Recovery, Revival, RunnerConfig,
+    RunnerError, StoredProgress, StreamIncarnation,
 };
 use ds_processor_host::{
     AlarmScheduler, HostedRunner, ProcessorRegistry, ProcessorSpec, RecordProgressStore, StreamRecovery,
@@ -46,9 +46,18 @@ pub struct HostConfig {
     pub stop_margin_ms: u64,
 }
 
+/// The checkpoint cadence of a processor whose configuration names none.
+/// On AWS every checkpoint is a conditional DynamoDB write, so checkpointing
+/// every event doubles (counter) or half again (outbox) an event's writes;
+/// every 100 events makes it one write per invocation and stream in the
+/// common case (a scan that reaches the head, or a drain at the deadline,
+/// checkpoints whatever the policy). A crash replays at most the 99 events
+/// since, whose effects carry the idempotency keys they had the first time.
+pub const DEFAULT_CADENCE: CheckpointCadence = CheckpointCadence::EveryN(100);
+
 impl Default for HostConfig {
     fn default() -> Self {
-        Self { runner: RunnerConfig::default(), stop_margin_ms: 5_000 }
+        Self { runner: RunnerConfig { cadence: DEFAULT_CADENCE, ..RunnerConfig::default() }, stop_margin_ms: 5_000 }
     }
 }
 

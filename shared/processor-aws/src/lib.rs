@@ -42,6 +42,6 @@ pub mod upkeep;
 
 pub use env::function_from_env;
 pub use function::{Deployment, FunctionError, Invocation, ProcessorFunction, Wiring};
-pub use host::{HostConfig, HostStats};
+pub use host::{HostConfig, HostStats, DEFAULT_CADENCE};
 pub use revival::{RevivalInput, RevivalSchedules, RevivalTarget};
 pub use tasks::{Task, TaskHandler, TaskHandlers, TaskQueue};

@@ -22,6 +22,10 @@ pub enum CheckpointCadence {
     /// After an event when at least `millis` passed since the last
     /// checkpoint, and when a scan reaches the head.
     Interval { millis: u64 },
+    /// After an event when at least `bytes` of the journal (positions are
+    /// byte offsets) completed since the last checkpoint, and when a scan
+    /// reaches the head.
+    EveryBytes(u64),
     /// When a scan reaches the head.
     Idle,
     /// When a transport frame (or `catch_up`) finishes, which is right after
@@ -43,16 +47,20 @@ pub(crate) enum Moment {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct CadenceTracker {
     pub events_since_commit: u64,
+    /// Journal bytes (position advance) completed since the checkpoint.
+    pub bytes_since_commit: u64,
     pub last_commit_ms: u64,
 }
 
 impl CadenceTracker {
     pub(crate) fn new(now_ms: u64) -> Self {
-        Self { events_since_commit: 0, last_commit_ms: now_ms }
+        Self { events_since_commit: 0, bytes_since_commit: 0, last_commit_ms: now_ms }
     }
 
-    pub(crate) fn completed_one(&mut self) {
+    /// One more event completed, `bytes` of journal past the previous one.
+    pub(crate) fn completed_one(&mut self, bytes: u64) {
         self.events_since_commit += 1;
+        self.bytes_since_commit = self.bytes_since_commit.saturating_add(bytes);
     }
 
     pub(crate) fn committed(&mut self, now_ms: u64) {
@@ -71,9 +79,13 @@ impl CheckpointCadence {
             (Self::Interval { millis }, Moment::EventCompleted) => {
                 now_ms.saturating_sub(tracker.last_commit_ms) >= millis
             }
+            (Self::EveryBytes(bytes), Moment::EventCompleted) => tracker.bytes_since_commit >= bytes.max(1),
             // Idle: whatever the policy, settled work is not left waiting
             // for more events to arrive.
-            (Self::EveryEvent | Self::EveryN(_) | Self::Interval { .. } | Self::Idle, Moment::ScanIdle) => true,
+            (
+                Self::EveryEvent | Self::EveryN(_) | Self::Interval { .. } | Self::EveryBytes(_) | Self::Idle,
+                Moment::ScanIdle,
+            ) => true,
             (Self::BatchEnd, Moment::BatchEnd) => true,
             _ => false,
         }
@@ -85,7 +97,20 @@ mod tests {
     use super::*;
 
     fn tracker(events: u64, last: u64) -> CadenceTracker {
-        CadenceTracker { events_since_commit: events, last_commit_ms: last }
+        CadenceTracker { events_since_commit: events, bytes_since_commit: 0, last_commit_ms: last }
+    }
+
+    #[test]
+    fn every_bytes_waits_for_that_much_journal() {
+        let c = CheckpointCadence::EveryBytes(1000);
+        let mut t = CadenceTracker::new(0);
+        t.completed_one(600);
+        assert!(!c.is_due(Moment::EventCompleted, &t, 0));
+        t.completed_one(400);
+        assert!(c.is_due(Moment::EventCompleted, &t, 0));
+        t.committed(5);
+        assert!(!c.is_due(Moment::EventCompleted, &t, 5), "a checkpoint resets the count");
+        assert!(c.is_due(Moment::ScanIdle, &t, 5));
     }
 
     #[test]
@@ -101,6 +126,7 @@ mod tests {
             CheckpointCadence::EveryEvent,
             CheckpointCadence::EveryN(100),
             CheckpointCadence::Interval { millis: 60_000 },
+            CheckpointCadence::EveryBytes(1 << 30),
             CheckpointCadence::Idle,
         ] {
             assert!(c.is_due(Moment::ScanIdle, &tracker(1, 0), 1), "{c:?}");

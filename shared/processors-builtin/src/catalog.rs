@@ -112,12 +112,15 @@ impl Catalog {
         let mut registry = ProcessorRegistry::new();
         for def in &config.processors {
             let kind = self.kinds.get(&def.kind).ok_or_else(|| def.error("kind", "unknown processor kind"))?;
-            let spec = kind.build(def.clone(), service).await?;
+            let mut spec = kind.build(def.clone(), service).await?;
             if spec.slug() != def.slug {
                 return Err(def.error(
                     "slug",
                     format!("kind {:?} built a processor named {:?}, not {:?}", def.kind, spec.slug(), def.slug),
                 ));
+            }
+            if let Some(cadence) = def.checkpoint {
+                spec = crate::checkpoint::with_cadence(spec, cadence);
             }
             registry.register(&def.streams, spec).map_err(|e| match e {
                 RegistryError::Pattern(p) => def.error("streams", p.to_string()),

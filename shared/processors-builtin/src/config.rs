@@ -10,11 +10,13 @@
 //! kind = "outbox"                 # a kind the catalog knows (built in: outbox, counter)
 //! slug = "order-events"           # names its progress record: [A-Za-z0-9._-], at most 64
 //! streams = "orders/*"            # stream path pattern: `*` one segment, `**` any number
+//! checkpoint = "every 100 events" # optional: how often progress is persisted (see `checkpoint`)
 //! target = "order-events"         # kind-specific options follow
 //! ```
 
 use std::time::Duration;
 
+use ds_processor::CheckpointCadence;
 use serde_json::Value;
 
 /// Longest slug: it is part of record keys and log lines.
@@ -67,6 +69,8 @@ pub struct ProcessorDef {
     pub slug: String,
     /// The stream path pattern, unparsed (the catalog parses it).
     pub streams: String,
+    /// `checkpoint = "…"`; `None`: the host's default.
+    pub checkpoint: Option<CheckpointCadence>,
     /// The kind-specific fields.
     pub options: Options,
 }
@@ -146,8 +150,14 @@ fn processor_def(number: usize, item: toml::Value) -> Result<ProcessorDef, Confi
         Some(toml::Value::String(s)) => s.clone(),
         _ => String::new(),
     };
-    let mut def =
-        ProcessorDef { number, kind: String::new(), slug, streams: String::new(), options: Options::default() };
+    let mut def = ProcessorDef {
+        number,
+        kind: String::new(),
+        slug,
+        streams: String::new(),
+        checkpoint: None,
+        options: Options::default(),
+    };
     for field in ["kind", "slug", "streams"] {
         let value = match t.remove(field) {
             Some(toml::Value::String(s)) => s,
@@ -160,6 +170,15 @@ fn processor_def(number: usize, item: toml::Value) -> Result<ProcessorDef, Confi
             _ => def.streams = value,
         }
     }
+    def.checkpoint = match t.remove("checkpoint") {
+        None => None,
+        Some(toml::Value::String(s)) => {
+            Some(crate::checkpoint::parse_checkpoint(&s).map_err(|m| def.error("checkpoint", m))?)
+        }
+        Some(other) => {
+            return Err(def.error("checkpoint", format!("expected a string like \"every 100 events\", found {other}")))
+        }
+    };
     def.options = Options { number, slug: def.slug.clone(), fields: t };
     Ok(def)
 }
@@ -247,7 +266,7 @@ impl Options {
         match self.fields.keys().next() {
             None => Ok(()),
             Some(field) => {
-                let mut all = vec!["kind", "slug", "streams"];
+                let mut all = vec!["kind", "slug", "streams", "checkpoint"];
                 all.extend_from_slice(known);
                 Err(self.error(field, format!("unknown field (this kind knows: {})", all.join(", "))))
             }
@@ -321,7 +340,28 @@ mod tests {
         let options = config.processors.remove(0).options;
         assert_eq!(
             options.finish(&["target"]).expect_err("unknown").to_string(),
-            "processor #1 (\"x\"): field `targt`: unknown field (this kind knows: kind, slug, streams, target)"
+            "processor #1 (\"x\"): field `targt`: unknown field (this kind knows: kind, slug, streams, checkpoint, target)"
+        );
+    }
+
+    #[test]
+    fn checkpoint_is_a_field_of_every_processor() {
+        let text = "[[processor]]\nkind = \"k\"\nslug = \"x\"\nstreams = \"a\"\ncheckpoint = \"every 100 events\"";
+        let config = ProcessorsConfig::from_toml(text).expect("valid");
+        assert_eq!(config.processors[0].checkpoint, Some(CheckpointCadence::EveryN(100)));
+        config.processors[0].options.finish(&[]).expect("not left to the kind");
+        assert_eq!(
+            ProcessorsConfig::from_toml(&text.replace("checkpoint = \"every 100 events\"", ""))
+                .expect("valid")
+                .processors[0]
+                .checkpoint,
+            None
+        );
+        assert!(err(&text.replace("100 events", "0 events"))
+            .starts_with("processor #1 (\"x\"): field `checkpoint`: \"every 0 events\" is not a count"));
+        assert_eq!(
+            err(&text.replace("\"every 100 events\"", "100")),
+            "processor #1 (\"x\"): field `checkpoint`: expected a string like \"every 100 events\", found 100"
         );
     }
 }

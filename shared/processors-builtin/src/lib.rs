@@ -9,7 +9,8 @@
 //!
 //! - [`ProcessorsConfig`]: the TOML file (`durable-streams serve
 //!   --processors FILE`): a `[host]` table and one `[[processor]]` table per
-//!   processor with its `kind`, `slug`, `streams` pattern and options.
+//!   processor with its `kind`, `slug`, `streams` pattern, optional
+//!   `checkpoint` cadence ([`parse_checkpoint`]) and options.
 //! - [`Catalog`]: the kinds a host knows, by name. [`Catalog::builtin`] has
 //!   the two below; [`Catalog::with_kind`] adds your own. [`Catalog::build`]
 //!   checks a configuration (unknown kind, bad pattern, bad option, missing
@@ -21,11 +22,13 @@
 //!   and by the value at a JSON pointer.
 
 mod catalog;
+mod checkpoint;
 mod config;
 pub mod counter;
 pub mod outbox;
 mod template;
 
 pub use catalog::{Catalog, ProcessorKind};
+pub use checkpoint::{parse_checkpoint, with_cadence};
 pub use config::{ConfigError, HostSettings, Options, ProcessorDef, ProcessorsConfig, MAX_SLUG_LEN};
 pub use template::{check_pointer, event_document, Template};

@@ -91,8 +91,12 @@ pub fn markdown(title: &str, preamble: &str, reports: &[Report]) -> String {
             let _ = writeln!(out, "- {}", join(r.extra.iter().map(|(k, n)| (k, *n))));
         }
         let _ = writeln!(out, "- violations: {}", r.violations);
-        if let Some(first) = &r.first {
-            let _ = writeln!(out, "\n```\n{first}\n```");
+        if !r.findings.is_empty() {
+            out.push_str("\n```\n");
+            for (finding, n) in crate::campaign::grouped(&r.findings) {
+                let _ = writeln!(out, "{finding}{}", crate::campaign::times(n));
+            }
+            out.push_str("```\n");
         }
     }
     out

@@ -162,9 +162,9 @@ impl<P: Processor> Inner<P> {
     }
 
     async fn complete(&self, w: &mut Working<P::State>, position: u64) -> Result<(), Halt> {
+        w.cadence.completed_one(position.saturating_sub(w.completed));
         w.completed = position;
         w.reduced = position;
-        w.cadence.completed_one();
         self.view.note_progress(w);
         self.checkpoint_if_due(w, Moment::EventCompleted).await
     }

@@ -259,6 +259,7 @@ pub fn cadence_strategy() -> impl Strategy<Value = CheckpointCadence> {
         Just(CheckpointCadence::EveryEvent),
         (1u32..4).prop_map(CheckpointCadence::EveryN),
         Just(CheckpointCadence::Interval { millis: 0 }),
+        (1u64..200).prop_map(CheckpointCadence::EveryBytes),
         Just(CheckpointCadence::Idle),
         Just(CheckpointCadence::BatchEnd),
     ]

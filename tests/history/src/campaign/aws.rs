@@ -192,6 +192,6 @@ pub async fn chaos_episode(proxy: &FaultProxy, rng: &mut StdRng, done: &(dyn Fn(
 fn assert_alive(server: &mut Server, report: &mut Report) {
     if !server.is_running() {
         report.violations += 1;
-        report.first.get_or_insert_with(|| format!("server {} died:\n{}", server.base, server.log_tail()));
+        report.findings.push(format!("server {} died:\n{}", server.base, server.log_tail()));
     }
 }

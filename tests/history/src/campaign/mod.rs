@@ -13,7 +13,7 @@ pub mod aws;
 pub mod local;
 pub mod processor;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -44,8 +44,9 @@ pub struct Report {
     pub faults: BTreeMap<String, u64>,
     pub kills: u64,
     pub violations: usize,
-    /// The first violation, with its operations.
-    pub first: Option<String>,
+    /// Every violation found, each with its operations (identical ones are
+    /// grouped when printed: [`grouped`]).
+    pub findings: Vec<String>,
     pub elapsed: Duration,
     /// Why it did not run.
     pub skipped: Option<String>,
@@ -94,11 +95,47 @@ impl Report {
             line.push_str(&format!("; {}", extra.join(", ")));
         }
         line.push_str(&format!("; {} violations; {:.1} s", self.violations, self.elapsed.as_secs_f64()));
-        if let Some(first) = &self.first {
-            line.push_str(&format!("\n  first violation: {first}"));
+        let groups = grouped(&self.findings);
+        for (finding, n) in groups.iter().take(CONSOLE_FINDINGS) {
+            line.push_str(&format!("\n  violation{}: {finding}", times(*n)));
+        }
+        if groups.len() > CONSOLE_FINDINGS {
+            line.push_str(&format!(
+                "\n  … and {} more distinct violations (all of them are in the report)",
+                groups.len() - CONSOLE_FINDINGS
+            ));
         }
         line
     }
+}
+
+/// Distinct findings the console shows (the report shows all).
+const CONSOLE_FINDINGS: usize = 50;
+
+/// ` (×n)` for a finding seen more than once.
+pub fn times(n: usize) -> String {
+    if n > 1 {
+        format!(" (×{n})")
+    } else {
+        String::new()
+    }
+}
+
+/// Identical findings once each with how many times they were found, in
+/// the order they were first found.
+pub fn grouped(findings: &[String]) -> Vec<(&str, usize)> {
+    let mut at: HashMap<&str, usize> = HashMap::new();
+    let mut out: Vec<(&str, usize)> = Vec::new();
+    for f in findings {
+        match at.get(f.as_str()) {
+            Some(&i) => out[i].1 += 1,
+            None => {
+                at.insert(f, out.len());
+                out.push((f, 1));
+            }
+        }
+    }
+    out
 }
 
 /// Run the workload until it has recorded `settings.ops` operations while
@@ -210,10 +247,12 @@ pub fn verdict(report: &mut Report, history: &History, read: &FinalRead) {
     let checked = check::check(&kept, &read.finals);
     report.summary = checked.summary.clone();
     report.violations = checked.violations.len() + read.unreadable.len();
-    report.first = match read.unreadable.first() {
-        Some((name, e)) => Some(format!("final stream {name} is unreadable after the run: {e}")),
-        None => checked.first().map(|v| v.render(&kept)),
-    };
+    report.findings = read
+        .unreadable
+        .iter()
+        .map(|(name, e)| format!("final stream {name} is unreadable after the run: {e}"))
+        .chain(checked.violations.iter().map(|v| v.render(&kept)))
+        .collect();
 }
 
 /// Which campaigns to run, and how big.

@@ -38,6 +38,11 @@ pub struct Observer {
     service: StreamService,
     sources: BTreeMap<String, Journal>,
     target: Journal,
+    /// Relays in the target by source and order, with how many times each
+    /// (kept up as the target is read, not rebuilt per sample).
+    relayed: HashMap<String, HashMap<String, u64>>,
+    /// Target events counted into `relayed`.
+    indexed: usize,
     cursors: HashMap<(String, &'static str), u64>,
     pub samples: u64,
     pub violations: Vec<String>,
@@ -78,14 +83,18 @@ impl Observer {
             service,
             sources: sources.iter().map(|s| (s.clone(), Journal::default())).collect(),
             target: Journal::default(),
+            relayed: HashMap::new(),
+            indexed: 0,
             cursors: HashMap::new(),
             samples: 0,
             violations: Vec::new(),
         }
     }
 
+    /// Every finding is kept (printed grouped); the bound only keeps a
+    /// run gone badly wrong from exhausting memory.
     fn violation(&mut self, message: String) {
-        if self.violations.len() < 100 {
+        if self.violations.len() < 1_000_000 {
             self.violations.push(message);
         }
     }
@@ -129,6 +138,7 @@ impl Observer {
         if Self::extend(&self.service, TARGET, &mut self.target, None).await.is_none() {
             return false;
         }
+        self.index_relays();
         let reduced = [&outbox, &counter].map(|p| p.as_ref().map_or(0, |p| p.progress.reduction.reduced_through));
         let acked = outbox.as_ref().map_or(0, |p| p.progress.acknowledged_through());
         let furthest = reduced.into_iter().chain([acked]).max();
@@ -155,9 +165,7 @@ impl Observer {
         let state = &stored.progress.reduction.state;
         let mut problems = Vec::new();
         if slug == OUTBOX {
-            let relayed = self.relays();
-            let missing =
-                through(acked).find(|e| kind_of(e) == "order/placed" && !relayed.contains_key(&(path, id_of(e))));
+            let missing = through(acked).find(|e| kind_of(e) == "order/placed" && self.relays_of(path, id_of(e)) == 0);
             if let Some(e) = missing {
                 problems.push(format!("cursor {acked} ahead of effects: {} not relayed", id_of(e)));
             }
@@ -181,14 +189,33 @@ impl Observer {
         }
     }
 
-    /// Relays in the target by (source, order), with how many times each.
-    fn relays(&self) -> HashMap<(&str, &str), u64> {
-        let mut out = HashMap::new();
-        for (_, e) in &self.target.events {
+    /// Counts the target events read since the last call into `relayed`.
+    fn index_relays(&mut self) {
+        for (_, e) in &self.target.events[self.indexed..] {
             let (source, order) = (e["payload"]["source"].as_str(), e["payload"]["order"].as_str());
-            *out.entry((source.unwrap_or_default(), order.unwrap_or_default())).or_default() += 1;
+            let by_order = self.relayed.entry(source.unwrap_or_default().to_owned()).or_default();
+            *by_order.entry(order.unwrap_or_default().to_owned()).or_default() += 1;
         }
-        out
+        self.indexed = self.target.events.len();
+    }
+
+    /// How many times order `order` of `source` was relayed.
+    fn relays_of(&self, source: &str, order: &str) -> u64 {
+        self.relayed.get(source).and_then(|by| by.get(order)).copied().unwrap_or(0)
+    }
+
+    /// How many bytes of the sources the two processors have yet to
+    /// acknowledge, in all; `None` when the faults kept it from reading.
+    pub async fn lag(&self) -> Option<u64> {
+        let mut lag = 0;
+        for path in self.sources.keys() {
+            let tail = retry(|| self.service.head(path)).await?.tail;
+            for slug in [OUTBOX, COUNTER] {
+                let at = self.progress(path, slug).await?.map_or(0, |p| p.progress.acknowledged_through());
+                lag += tail.saturating_sub(at);
+            }
+        }
+        Some(lag)
     }
 
     /// Whether both processors acknowledged every source's tail.
@@ -233,17 +260,18 @@ impl Observer {
                 problems.push(format!("{}: append {:?} applied in part", w.path, w.ids));
             }
         }
-        let relays = self.relays();
         for (path, journal) in &self.sources {
             for (_, e) in journal.events.iter().filter(|(_, e)| kind_of(e) == "order/placed") {
-                let n = relays.get(&(path.as_str(), id_of(e))).copied().unwrap_or(0);
+                let n = self.relays_of(path, id_of(e));
                 if n != 1 {
                     problems.push(format!("{path}: placed order {} relayed {n} times", id_of(e)));
                 }
             }
         }
-        for ((source, order), _) in relays.iter().filter(|(k, _)| !seen.contains_key(*k)) {
-            problems.push(format!("relay of {order} from {source}, which is no event there"));
+        for (source, by_order) in &self.relayed {
+            for order in by_order.keys().filter(|o| !seen.contains_key(&(source.as_str(), o.as_str()))) {
+                problems.push(format!("relay of {order} from {source}, which is no event there"));
+            }
         }
         let events = seen.values().sum();
         let relayed = self.target.events.len() as u64;
