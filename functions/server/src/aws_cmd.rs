@@ -95,6 +95,7 @@ impl AwsArgs {
             urls: urls.into_iter().filter_map(|(role, url)| Some((role, url.clone()?))).collect(),
             task_queue_url: self.task_queue_url.clone(),
             rerun,
+            clock: ds_dead_letters::Clock::system(),
         }
     }
 }

@@ -68,6 +68,8 @@ pub struct DeadLetterQueues {
     /// Where dead-lettered tasks go back to.
     pub task_queue_url: Option<String>,
     pub rerun: Option<RerunTarget>,
+    /// When a re-run schedule fires (`Clock::system()` outside tests).
+    pub clock: ds_clock::Clock,
 }
 
 /// The name of the re-run schedule of `event` to `target_arn`: the same
@@ -218,7 +220,7 @@ impl DeadLetterQueues {
     async fn rerun(&self, target_arn: &str, event: &Value, concerns: &str) -> Result<Redriven, DeadLetterError> {
         let Some(target) = &self.rerun else { return Ok(Redriven::Left("no re-run target configured".into())) };
         let name = rerun_schedule_name(target_arn, event);
-        let at = now_ms() + OVERDUE_DELAY_MS;
+        let at = self.clock.now_ms() + OVERDUE_DELAY_MS;
         let schedule = OneShot {
             group: &target.schedule_group,
             name: &name,
@@ -233,12 +235,6 @@ impl DeadLetterQueues {
         tracing::info!(schedule = %name, target = target_arn, concerns, "re-run scheduled");
         Ok(Redriven::Rerun { schedule: name })
     }
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 fn read(queue: QueueRole, m: &Message) -> DeadLetter {

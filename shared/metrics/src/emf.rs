@@ -8,14 +8,15 @@
 
 use std::io::Write;
 use std::sync::Mutex;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::{Exchange, Metrics};
-use serde_json::json;
+use ds_clock::Clock;
+use serde_json::{json, Value};
 
 pub struct EmfMetrics {
     namespace: String,
     out: Mutex<Box<dyn Write + Send>>,
+    clock: Clock,
 }
 
 impl EmfMetrics {
@@ -25,35 +26,51 @@ impl EmfMetrics {
     }
 
     pub fn to_writer(namespace: impl Into<String>, out: Box<dyn Write + Send>) -> Self {
-        Self { namespace: namespace.into(), out: Mutex::new(out) }
+        Self { namespace: namespace.into(), out: Mutex::new(out), clock: Clock::system() }
+    }
+
+    /// Timestamps lines by `clock` instead of the system's.
+    pub fn with_clock(mut self, clock: Clock) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// One EMF document: `fields` (the dimensions' and the metrics'
+    /// values) under the `_aws` block declaring `metrics` (name, unit) by
+    /// `dimensions` in this namespace, timestamped now.
+    fn document(&self, dimensions: Value, metrics: &[(&str, &str)], fields: Value) -> String {
+        let metrics: Vec<Value> = metrics.iter().map(|(name, unit)| json!({"Name": name, "Unit": unit})).collect();
+        let mut doc = json!({
+            "_aws": {
+                "Timestamp": self.clock.now_ms(),
+                "CloudWatchMetrics": [{
+                    "Namespace": self.namespace,
+                    "Dimensions": dimensions,
+                    "Metrics": metrics,
+                }],
+            },
+        });
+        if let (Some(doc), Value::Object(fields)) = (doc.as_object_mut(), fields) {
+            doc.extend(fields);
+        }
+        doc.to_string()
     }
 
     /// The EMF document for one exchange.
     pub fn line(&self, e: &Exchange) -> String {
-        let ts = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0);
-        json!({
-            "_aws": {
-                "Timestamp": ts,
-                "CloudWatchMetrics": [{
-                    "Namespace": self.namespace,
-                    "Dimensions": [["route"], ["route", "status"]],
-                    "Metrics": [
-                        {"Name": "Requests", "Unit": "Count"},
-                        {"Name": "Latency", "Unit": "Milliseconds"},
-                        {"Name": "BytesIn", "Unit": "Bytes"},
-                        {"Name": "BytesOut", "Unit": "Bytes"},
-                    ],
-                }],
-            },
-            "route": e.route,
-            "status": e.status.to_string(),
-            "method": e.method.as_str(),
-            "Requests": 1,
-            "Latency": e.latency.as_secs_f64() * 1e3,
-            "BytesIn": e.bytes_in,
-            "BytesOut": e.bytes_out,
-        })
-        .to_string()
+        self.document(
+            json!([["route"], ["route", "status"]]),
+            &[("Requests", "Count"), ("Latency", "Milliseconds"), ("BytesIn", "Bytes"), ("BytesOut", "Bytes")],
+            json!({
+                "route": e.route,
+                "status": e.status.to_string(),
+                "method": e.method.as_str(),
+                "Requests": 1,
+                "Latency": e.latency.as_secs_f64() * 1e3,
+                "BytesIn": e.bytes_in,
+                "BytesOut": e.bytes_out,
+            }),
+        )
     }
 }
 
@@ -74,24 +91,15 @@ impl EmfMetrics {
     /// (Count) and `ProcessorStreams` by `processor`, and without a
     /// dimension (what one alarm watches for every processor).
     pub fn processor_lag_line(&self, lag: &ProcessorLag<'_>) -> String {
-        let ts = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0);
-        json!({
-            "_aws": {
-                "Timestamp": ts,
-                "CloudWatchMetrics": [{
-                    "Namespace": self.namespace,
-                    "Dimensions": [["processor"], []],
-                    "Metrics": [
-                        {"Name": "ProcessorLag", "Unit": "Count"},
-                        {"Name": "ProcessorStreams", "Unit": "Count"},
-                    ],
-                }],
-            },
-            "processor": lag.processor,
-            "ProcessorLag": lag.lag,
-            "ProcessorStreams": lag.streams,
-        })
-        .to_string()
+        self.document(
+            json!([["processor"], []]),
+            &[("ProcessorLag", "Count"), ("ProcessorStreams", "Count")],
+            json!({
+                "processor": lag.processor,
+                "ProcessorLag": lag.lag,
+                "ProcessorStreams": lag.streams,
+            }),
+        )
     }
 
     /// Writes [`Self::processor_lag_line`] to the log.
@@ -102,19 +110,7 @@ impl EmfMetrics {
     /// The EMF document of a count without dimensions (e.g.
     /// `RevivalFailures`).
     pub fn count_line(&self, metric: &str, count: u64) -> String {
-        let ts = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0);
-        json!({
-            "_aws": {
-                "Timestamp": ts,
-                "CloudWatchMetrics": [{
-                    "Namespace": self.namespace,
-                    "Dimensions": [[]],
-                    "Metrics": [{"Name": metric, "Unit": "Count"}],
-                }],
-            },
-            metric: count,
-        })
-        .to_string()
+        self.document(json!([[]]), &[(metric, "Count")], json!({ metric: count }))
     }
 
     /// Writes [`Self::count_line`] to the log.
@@ -211,7 +207,8 @@ mod tests {
     #[test]
     fn a_count_is_a_valid_emf_document_without_dimensions() {
         let buf = Buf::default();
-        let m = EmfMetrics::to_writer("DurableStreams", Box::new(buf.clone()));
+        let m = EmfMetrics::to_writer("DurableStreams", Box::new(buf.clone()))
+            .with_clock(ds_clock::Clock::manual(1_700_000_000_123));
         m.count("RevivalFailures", 3);
         let text = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
         let doc: serde_json::Value = serde_json::from_str(text.trim_end()).unwrap();
@@ -220,5 +217,6 @@ mod tests {
         assert_eq!(spec["Dimensions"], serde_json::json!([[]]));
         assert_eq!(spec["Metrics"], serde_json::json!([{"Name": "RevivalFailures", "Unit": "Count"}]));
         assert_eq!(doc["RevivalFailures"], 3);
+        assert_eq!(doc["_aws"]["Timestamp"], 1_700_000_000_123_i64, "timestamped by the clock it was given");
     }
 }

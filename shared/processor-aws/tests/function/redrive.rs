@@ -38,6 +38,7 @@ fn operator(env: &ProcessorEnv) -> DeadLetterQueues {
             dead_letter_arn: target.dead_letter_arn,
             processor_function_arn: target.function_arn,
         }),
+        clock: ds_dead_letters::Clock::system(),
     }
 }
 
