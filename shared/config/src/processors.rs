@@ -69,6 +69,7 @@ impl<F: Fn(&str) -> Option<String>> Settings<F> {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
 
     fn settings(vars: Vec<(&'static str, String)>) -> Settings<impl Fn(&str) -> Option<String>> {
