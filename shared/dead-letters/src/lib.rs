@@ -17,8 +17,8 @@
 pub mod letter;
 pub mod queues;
 
-pub use letter::{Letter, QueueRole};
-pub use queues::{DeadLetter, DeadLetterQueues, Redriven, RerunTarget};
 /// The clock a [`DeadLetterQueues`] times its re-runs by (re-exported so
 /// that callers need no dependency of their own for it).
 pub use ds_clock::Clock;
+pub use letter::{Letter, QueueRole};
+pub use queues::{DeadLetter, DeadLetterQueues, Redriven, RerunTarget};
