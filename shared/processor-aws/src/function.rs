@@ -29,15 +29,15 @@ use serde_json::Value;
 
 use crate::host::{HostConfig, Processors};
 use crate::lag::{FailureKind, PlaneMetrics};
-
-/// Streams of one batch whose processors run at the same time.
-const STREAMS_AT_ONCE: usize = 16;
 use crate::queue::{SendError, SqsQueue};
 use crate::record::{sequence_number_of, Meaning, StreamEvent, StreamKey, StreamRecord};
 use crate::revival::RevivalInput;
 use crate::subscriptions::{StreamTail, SubscriptionDue, SubscriptionPlane};
 use crate::tasks::{SqsEvent, TaskHandlers, TaskQueue, TaskRunner};
 use crate::upkeep::{Upkeep, UpkeepPolicy};
+
+/// Streams of one batch whose processors run at the same time.
+const STREAMS_AT_ONCE: usize = 16;
 
 /// A record that could not be read, as parked.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -6,7 +6,10 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use ds_lambda_pump::{ProcessorEnv, SqsPump, StreamPump};
+use ds_processor::{CheckpointCadence, RunnerConfig};
 use ds_processor_aws::function::ParkedRecord;
+use ds_processor_aws::upkeep::UpkeepPolicy;
+use ds_processor_aws::{HostConfig, ProcessorFunction, DEFAULT_CADENCE};
 use ds_store_aws::schema;
 use serde_json::json;
 use tower::ServiceExt;
@@ -64,9 +67,18 @@ async fn appends_through_http_become_effects_exactly_once() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn one_record_on_two_instances_progresses_once_and_fences_the_other() {
-    let Some(env) = ProcessorEnv::new("one_record_on_two_instances").await else { return };
+/// What two instances handling one record did: fenced commits of the fast
+/// and the slow one, and the notifier's attempts.
+struct TwoInstances {
+    fenced: (u64, u64),
+    attempts: usize,
+}
+
+/// One record handled by two instances with `host`'s cadence: the slow one
+/// stops right after b1's notification until the fast one has processed the
+/// whole batch. Whatever the cadence, the work is done once: the cursor ends
+/// at the tail and never goes back, the outbox holds each relay once.
+async fn one_record_on_two_instances(env: &ProcessorEnv, host: HostConfig) -> TwoInstances {
     let svc = env.service();
     for path in ["orders/b", RELAYED, AUDIT] {
         svc.create(json_stream(path)).await.expect("create");
@@ -75,14 +87,15 @@ async fn one_record_on_two_instances_progresses_once_and_fences_the_other() {
         append(&svc, "orders/b", &order(id)).await;
     }
     let world = World::default();
-    let (slow, fast) =
-        (Arc::new(env.function(|w| world.deployment(w, None))), env.function(|w| world.deployment(w, None)));
-    let mut pump = StreamPump::new(&env).await;
+    let deploy = |w: &_| world.deployment(w, None);
+    let (slow, fast) = (
+        Arc::new(env.function_with(deploy, host.clone(), UpkeepPolicy::default())),
+        env.function_with(deploy, host, UpkeepPolicy::default()),
+    );
+    let mut pump = StreamPump::new(env).await;
     pump.fetch().await;
     let event = pump.next_event();
 
-    // The slow instance stops right after b1's notification until the fast
-    // one has processed the whole batch.
     let (reached_tx, reached_rx) = tokio::sync::oneshot::channel();
     let (go_tx, go_rx) = tokio::sync::oneshot::channel();
     world.notify.after(
@@ -107,12 +120,36 @@ async fn one_record_on_two_instances_progresses_once_and_fences_the_other() {
     let answer = slow_run.await.expect("joined").expect("slow handled");
     assert_eq!(answer["batchItemFailures"], json!([]), "fenced is not failed: the other instance did the work");
 
-    assert_eq!(fast.processors().stats().fenced.load(Ordering::Relaxed), 0);
-    assert_eq!(slow.processors().stats().fenced.load(Ordering::Relaxed), 1, "the slow instance was fenced once");
     assert_eq!(acknowledged(&svc, "orders/b").await, tail, "the cursor never went back");
     assert_eq!(entry_types(&svc, RELAYED).await.len(), 3, "outbox appends dedupe by key");
     assert_eq!(world.notify.labels(), ["b1", "b2", "b3"]);
-    assert_eq!(world.notify.attempts(), 4, "only b1 was done twice, before the slow instance was fenced");
+    let fenced = |f: &ProcessorFunction| f.processors().stats().fenced.load(Ordering::Relaxed);
+    TwoInstances { fenced: (fenced(&fast), fenced(&slow)), attempts: world.notify.attempts() }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_record_on_two_instances_progresses_once_and_fences_the_other() {
+    let Some(env) = ProcessorEnv::new("one_record_on_two_instances").await else { return };
+    // A checkpoint after every event: the slow instance's next one, right
+    // after b1, is fenced and it stops there.
+    let every_event = HostConfig { runner: RunnerConfig::default(), ..HostConfig::default() };
+    assert_eq!(every_event.runner.cadence, CheckpointCadence::EveryEvent);
+    let seen = one_record_on_two_instances(&env, every_event).await;
+    assert_eq!(seen.fenced, (0, 1), "the slow instance was fenced once, the fast one never");
+    assert_eq!(seen.attempts, 4, "only b1 was done twice, before the slow instance was fenced");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_record_on_two_instances_with_the_default_cadence_repeats_only_keyed_effects() {
+    let Some(env) = ProcessorEnv::new("one_record_on_two_instances_default").await else { return };
+    // The function's default, a checkpoint every 100 events: the slow
+    // instance has none between b1 and the end of the batch, so it repeats
+    // b2 and b3 (their effects carry the keys of the first time: the outbox
+    // still holds each relay once) and never moves the cursor back.
+    let seen = one_record_on_two_instances(&env, HostConfig::default()).await;
+    assert_eq!(HostConfig::default().runner.cadence, DEFAULT_CADENCE);
+    assert_eq!(seen.fenced.0, 0, "the fast instance was never fenced");
+    assert_eq!(seen.attempts, 6, "the slow instance repeated b2 and b3, nothing more");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
