@@ -87,6 +87,11 @@ struct Drain {
     next_look: Instant,
     /// The smallest lag seen, and when it was first that small.
     best: Option<(u64, Instant)>,
+    /// Stream records delivered so far, and when that count last grew: at
+    /// lag 0 the processors are level with every stream while the pump
+    /// still delivers the records of appends they already processed, which
+    /// is progress too.
+    delivered: (u64, Instant),
 }
 
 /// How often a long run says where it is (on stderr).
@@ -97,7 +102,7 @@ const STALL: Duration = Duration::from_secs(300);
 
 impl Drain {
     fn new() -> Self {
-        Self { started: Instant::now(), next_look: Instant::now(), best: None }
+        Self { started: Instant::now(), next_look: Instant::now(), best: None, delivered: (0, Instant::now()) }
     }
 
     /// Time to measure the lag again (every 10 s).
@@ -110,21 +115,27 @@ impl Drain {
     }
 
     /// The finding when `lag` (bytes the processors are behind, `None`
-    /// when it could not be read) has not shrunk for [`STALL`].
-    fn stalled(&mut self, lag: Option<u64>) -> Option<String> {
+    /// when it could not be read) has not shrunk and no further stream
+    /// record was `delivered` (a running count) for [`STALL`].
+    fn stalled(&mut self, lag: Option<u64>, delivered: u64) -> Option<String> {
         let now = Instant::now();
         match (lag, self.best) {
             (Some(lag), Some((best, _))) if lag < best => self.best = Some((lag, now)),
             (Some(lag), None) => self.best = Some((lag, now)),
             _ => {}
         }
-        let since = self.best.map_or(self.started, |(_, at)| at);
+        if delivered > self.delivered.0 {
+            self.delivered = (delivered, now);
+        }
+        let lag_since = self.best.map_or(self.started, |(_, at)| at);
+        let since = lag_since.max(self.delivered.1);
         (now.duration_since(since) > STALL).then(|| {
             format!(
-                "the processors made no progress for {} s ({} s after the faults ended; lag {})",
+                "the processors made no progress for {} s ({} s after the faults ended; lag {}; {} records delivered)",
                 STALL.as_secs(),
                 self.started.elapsed().as_secs(),
-                self.best.map_or("never read".to_owned(), |(lag, _)| format!("{lag} bytes"))
+                self.best.map_or("never read".to_owned(), |(lag, _)| format!("{lag} bytes")),
+                self.delivered.0
             )
         })
     }
@@ -279,7 +290,7 @@ pub async fn run(s: &Settings) -> anyhow::Result<Report> {
                         progress.started.elapsed().as_secs()
                     );
                 }
-                if let Some(stalled) = progress.stalled(lag) {
+                if let Some(stalled) = progress.stalled(lag, delivered) {
                     violations.push(stalled);
                     break;
                 }
@@ -341,4 +352,28 @@ pub async fn run(s: &Settings) -> anyhow::Result<Report> {
     }
     report.elapsed = started.elapsed();
     Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn drain_level_since(ago: Duration, delivered: u64) -> Drain {
+        let then = Instant::now().checked_sub(ago).expect("the machine has been up that long");
+        Drain { started: then, next_look: then, best: Some((0, then)), delivered: (delivered, then) }
+    }
+
+    #[test]
+    fn records_still_delivered_at_lag_zero_are_progress() {
+        let mut drain = drain_level_since(STALL + Duration::from_secs(10), 100);
+        assert_eq!(drain.stalled(Some(0), 150), None, "the pump delivered 50 more records");
+        assert_eq!(drain.stalled(Some(0), 150), None, "and the stall clock restarted then");
+    }
+
+    #[test]
+    fn neither_lag_nor_deliveries_moving_is_a_stall() {
+        let mut drain = drain_level_since(STALL + Duration::from_secs(10), 100);
+        let finding = drain.stalled(Some(0), 100).expect("a stall");
+        assert!(finding.contains("no progress for 300 s") && finding.contains("100 records delivered"), "{finding}");
+    }
 }
