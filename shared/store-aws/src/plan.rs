@@ -115,9 +115,11 @@ pub(crate) fn build_items(
     for p in &writes.producers {
         use crate::schema::producer_attr as pa;
         let item = codec::producer_to_item(&p.path, &p.incarnation, &p.producer_id, p.state);
-        // Producer state only moves forward: (epoch, seq) never decreases.
+        // Producer state only moves forward: every accepted append advances
+        // (epoch, seq), so a put that would leave it where it is was planned
+        // on a stale state (the same append applied already) and must fail.
         let cond = (
-            "attribute_not_exists(#pk) OR #ep < :ep OR (#ep = :ep AND #seq <= :seq)".into(),
+            "attribute_not_exists(#pk) OR #ep < :ep OR (#ep = :ep AND #seq < :seq)".into(),
             names(&[("#pk", PK), ("#ep", pa::EPOCH), ("#seq", pa::SEQ)]),
             Some(values(vec![(":ep", n(p.state.epoch)), (":seq", n(p.state.last_seq))])),
         );

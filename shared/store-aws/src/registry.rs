@@ -45,8 +45,8 @@ pub struct StreamCtx {
     /// the commit's version condition.
     pub lock: Arc<Semaphore>,
     cache: Mutex<Option<CachedMeta>>,
-    /// Producer states by `(incarnation, producer id)`; `None` = known absent.
-    producers: Mutex<HashMap<(String, String), Option<ProducerState>>>,
+    /// Producer states, valid for the meta version they were read under.
+    producers: Mutex<ProducerCache>,
     /// Latest known tail signal; `None` until first observed.
     pub signal: watch::Sender<Option<TailSignal>>,
     pub subscribers: AtomicUsize,
@@ -56,6 +56,37 @@ pub struct StreamCtx {
     /// Last `touched_at_ms` this process wrote (or saw committed).
     pub last_touch_written: AtomicI64,
     last_used: Mutex<Instant>,
+}
+
+/// The meta an entry of the producer cache is known valid at.
+pub type MetaTag = (String, u64);
+
+/// Producer states by `(incarnation, producer id)` (`None` = known absent),
+/// valid at the meta `at`. Producer rows are written in the same
+/// transaction as the meta, but read apart from it: a state read while the
+/// cached meta was at version v says nothing about a meta this process later
+/// learns some other way (a reader's fetch after another process's commit).
+/// So when the cached meta moves to a version this process did not write
+/// itself, the states are dropped; otherwise an append could pass the meta's
+/// version condition with a stale producer state and apply a retry twice.
+#[derive(Default)]
+struct ProducerCache {
+    at: Option<MetaTag>,
+    states: HashMap<(String, String), Option<ProducerState>>,
+}
+
+impl ProducerCache {
+    /// The cached meta is now `at`: keep the states only if they are valid there.
+    fn follow(&mut self, at: Option<MetaTag>) {
+        if self.at != at {
+            self.states.clear();
+            self.at = at;
+        }
+    }
+}
+
+fn tag_of(cached: &CachedMeta) -> MetaTag {
+    (cached.meta.incarnation.to_string(), cached.meta.version)
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -72,7 +103,7 @@ impl StreamCtx {
             owner,
             lock: Arc::new(Semaphore::new(1)),
             cache: Mutex::new(None),
-            producers: Mutex::new(HashMap::new()),
+            producers: Mutex::new(ProducerCache::default()),
             signal: watch::channel(None).0,
             subscribers: AtomicUsize::new(0),
             poller_running: Mutex::new(false),
@@ -92,7 +123,24 @@ impl StreamCtx {
         if let Some(c) = &cached {
             self.last_touch_written.fetch_max(c.meta.touched_at_ms, Ordering::Relaxed);
         }
-        *lock(&self.cache) = cached;
+        let mut slot = lock(&self.cache);
+        lock(&self.producers).follow(cached.as_ref().map(tag_of));
+        *slot = cached;
+    }
+
+    /// Cache the meta this process's own commit wrote over the one at
+    /// `previous` (its version condition): the producer states valid there
+    /// stay valid, with the commit's own producer writes added by the caller.
+    pub fn remember_committed(&self, cached: CachedMeta, previous: Option<MetaTag>) {
+        self.last_touch_written.fetch_max(cached.meta.touched_at_ms, Ordering::Relaxed);
+        let mut slot = lock(&self.cache);
+        let mut producers = lock(&self.producers);
+        if producers.at.is_some() && producers.at == previous {
+            producers.at = Some(tag_of(&cached));
+        } else {
+            producers.follow(Some(tag_of(&cached)));
+        }
+        *slot = Some(cached);
     }
 
     /// Only replace the cache if `meta` is not older than what is cached
@@ -104,6 +152,7 @@ impl StreamCtx {
             .is_some_and(|old| old.meta.incarnation == fresh.meta.incarnation && old.meta.version > fresh.meta.version);
         if !keep_old {
             self.last_touch_written.fetch_max(fresh.meta.touched_at_ms, Ordering::Relaxed);
+            lock(&self.producers).follow(Some(tag_of(&fresh)));
             *slot = Some(fresh);
         }
     }
@@ -118,21 +167,33 @@ impl StreamCtx {
 
     /// The cached state of one producer: `Some(None)` = known absent.
     pub fn cached_producer(&self, incarnation: &str, id: &str) -> Option<Option<ProducerState>> {
-        lock(&self.producers).get(&(incarnation.to_owned(), id.to_owned())).copied()
+        lock(&self.producers).states.get(&(incarnation.to_owned(), id.to_owned())).copied()
     }
 
-    pub fn remember_producer(&self, incarnation: &str, id: &str, state: Option<ProducerState>) {
-        let mut map = lock(&self.producers);
-        // Bounded: a stream with very many producers just loses its cache.
-        if map.len() >= 1024 {
-            map.clear();
+    /// The meta the producer cache is valid at now: read it before reading
+    /// a producer row, and hand it to [`Self::remember_producer`].
+    pub fn producer_tag(&self) -> Option<MetaTag> {
+        lock(&self.producers).at.clone()
+    }
+
+    /// Cache a producer state read (or written) while the cache was valid at
+    /// `at`; dropped if the cached meta has moved since (the row may be older
+    /// than that meta).
+    pub fn remember_producer(&self, at: &Option<MetaTag>, incarnation: &str, id: &str, state: Option<ProducerState>) {
+        let mut cache = lock(&self.producers);
+        if cache.at.is_none() || &cache.at != at {
+            return;
         }
-        map.insert((incarnation.to_owned(), id.to_owned()), state);
+        // Bounded: a stream with very many producers just loses its cache.
+        if cache.states.len() >= 1024 {
+            cache.states.clear();
+        }
+        cache.states.insert((incarnation.to_owned(), id.to_owned()), state);
     }
 
     /// Forget every cached producer state (after a lost race or a delete).
     pub fn forget_producers(&self) {
-        lock(&self.producers).clear();
+        lock(&self.producers).states.clear();
     }
 
     /// Our own touch was written: keep the cached copy in step.

@@ -75,6 +75,7 @@ impl AwsStore {
             incarnation: incarnation.to_owned(),
             producer_id: producer_id.to_owned(),
         };
+        let at = ctx.producer_tag();
         let out = self
             .b
             .ddb
@@ -89,7 +90,7 @@ impl AwsStore {
             None => None,
             Some(item) => Some(codec::producer_from_item(item)?),
         };
-        ctx.remember_producer(incarnation, producer_id, state);
+        ctx.remember_producer(&at, incarnation, producer_id, state);
         Ok(state)
     }
 

@@ -22,7 +22,7 @@
 //!    its object) and left to [`crate::cleanup::sweep_path`].
 
 use aws_sdk_dynamodb::types::TransactWriteItem;
-use ds_core::fold::{MetaEffect, NetWrites};
+use ds_core::fold::{MetaCond, MetaEffect, NetWrites};
 use ds_core::{Commit, StoreError};
 use tracing::{debug, warn};
 
@@ -231,7 +231,13 @@ async fn after_success(b: &Backend, writes: &NetWrites, cid: &str) {
     for mw in &writes.metas {
         let ctx = b.registry.get(&mw.path);
         match &mw.effect {
-            MetaEffect::Put(meta) => ctx.remember(Some(CachedMeta::new(meta.clone(), Some(cid.to_owned())))),
+            MetaEffect::Put(meta) => {
+                let previous = match &mw.cond {
+                    MetaCond::Version { version, incarnation, .. } => Some((incarnation.to_string(), *version)),
+                    MetaCond::Absent => None,
+                };
+                ctx.remember_committed(CachedMeta::new(meta.clone(), Some(cid.to_owned())), previous);
+            }
             MetaEffect::Delete | MetaEffect::CheckOnly => {
                 ctx.remember(None);
                 ctx.forget_producers();
@@ -239,7 +245,9 @@ async fn after_success(b: &Backend, writes: &NetWrites, cid: &str) {
         }
     }
     for p in &writes.producers {
-        b.registry.get(&p.path).remember_producer(&p.incarnation, &p.producer_id, Some(p.state));
+        let ctx = b.registry.get(&p.path);
+        let at = ctx.producer_tag();
+        ctx.remember_producer(&at, &p.incarnation, &p.producer_id, Some(p.state));
     }
     for (path, incarnation) in &writes.wiped {
         if let Err(e) = crate::cleanup::purge_incarnation(b, path, incarnation).await {
