@@ -3,7 +3,7 @@
 //! each meta write becomes a conditional put, delete or condition check
 //! whose condition expression is the fold's [`MetaCond`] on the stored item;
 //! each chunk a put conditional on its key being free; each producer state a
-//! put conditional on never moving backwards.
+//! put conditional on moving forward (every accepted append advances it).
 
 use std::collections::HashMap;
 

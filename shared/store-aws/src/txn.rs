@@ -9,7 +9,7 @@
 //!    transaction commits nothing points at them: they are unreadable.
 //! 2. The transaction runs. Every meta write is conditional on the stored
 //!    version *and* incarnation (or absence); chunk puts on the key being
-//!    free; producer puts on the state never moving backwards. Each item asks
+//!    free; producer puts on the state moving forward. Each item asks
 //!    for `ALL_OLD` on condition failure, so a lost race returns the current
 //!    meta and the caller's retry needs no extra read.
 //! 3. Throttling and `TransactionConflict` are retried here with jittered
