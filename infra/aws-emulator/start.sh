@@ -14,7 +14,8 @@
 # Exit status: 0 running; 1 did not start; 2 usage or install error; 3 already running in D.
 # Environment: AWS_EMULATOR_HOME (cache, default ${XDG_CACHE_HOME:-~/.cache}/ds-aws-emulator),
 #   AWS_EMULATOR_PYTHON (python >= 3.11 used to create the venv, default python3),
-#   AWS_EMULATOR_START_TIMEOUT (seconds to wait for readiness, default 60).
+#   AWS_EMULATOR_START_TIMEOUT (seconds to wait for readiness, default 60);
+#   serve.py reads AWS_EMULATOR_MODEL and AWS_EMULATOR_STREAM_RETENTION_S from it too.
 set -euo pipefail
 
 MOTO_VERSION="5.2.5"

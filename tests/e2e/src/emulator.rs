@@ -26,8 +26,15 @@ pub struct Emulator {
 impl Emulator {
     /// Start one and create the resources; `Err` says why not.
     pub fn start() -> Result<Self, String> {
+        Self::start_with(&[])
+    }
+
+    /// [`Emulator::start`] with settings of the emulator's own in its
+    /// environment (`AWS_EMULATOR_*`, see infra/aws-emulator/serve.py).
+    pub fn start_with(settings: &[(&str, &str)]) -> Result<Self, String> {
         let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
         let out = Command::new("bash")
+            .envs(settings.iter().copied())
             .arg(root().join("infra/aws-emulator/start.sh"))
             .args(["--port", "0", "--dir"])
             .arg(dir.path())

@@ -58,6 +58,15 @@ struct Cli {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
+    // Off unless RUST_LOG asks: the in-process processor function's own
+    // spans and warnings (a drive stopped at its deadline, a failed effect)
+    // are how a slow drain is told apart from a slow emulator.
+    if std::env::var_os("RUST_LOG").is_some() {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_writer(std::io::stderr)
+            .init();
+    }
     if let Some(bad) = cli.campaigns.iter().find(|c| !campaign::ALL.contains(&c.as_str())) {
         anyhow::bail!("unknown campaign {bad}; known: {}", campaign::ALL.join(", "));
     }

@@ -33,7 +33,13 @@ fn settings(scale: &Scale, prefix: &str) -> Settings {
 
 /// A private emulator with S3 taking chunks above [`INLINE_THRESHOLD`].
 pub fn emulator() -> anyhow::Result<Emulator> {
-    let mut emulator = Emulator::start().map_err(|why| anyhow::anyhow!("the AWS emulator did not start: {why}"))?;
+    emulator_with(&[])
+}
+
+/// [`emulator`] with settings of the emulator's own (`AWS_EMULATOR_*`).
+pub fn emulator_with(settings: &[(&str, &str)]) -> anyhow::Result<Emulator> {
+    let mut emulator =
+        Emulator::start_with(settings).map_err(|why| anyhow::anyhow!("the AWS emulator did not start: {why}"))?;
     emulator.env.push(("DS_AWS_INLINE_THRESHOLD".into(), INLINE_THRESHOLD.into()));
     Ok(emulator)
 }

@@ -28,6 +28,25 @@ pub struct Invocations {
     pub failed: AtomicU64,
     /// Instances started (the first one included).
     pub cold_starts: AtomicU64,
+    /// Time spent in invocations, in all and the longest one (ms): a drain
+    /// that slows down shows here whether the function or the pump is slow.
+    pub busy_ms: AtomicU64,
+    pub longest_ms: AtomicU64,
+}
+
+impl Invocations {
+    /// "n invocations, mean m ms, longest l ms".
+    pub fn timing(&self) -> String {
+        let n = self.total.load(SeqCst);
+        let busy = self.busy_ms.load(SeqCst);
+        format!("{n} invocations (mean {} ms, longest {} ms)", busy / n.max(1), self.longest_ms.load(SeqCst))
+    }
+
+    fn took(&self, started: std::time::Instant) {
+        let ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.busy_ms.fetch_add(ms, SeqCst);
+        self.longest_ms.fetch_max(ms, SeqCst);
+    }
 }
 
 /// See the module docs.
@@ -90,6 +109,15 @@ impl<'a> Lambda<'a> {
 #[async_trait::async_trait]
 impl Invoke for Lambda<'_> {
     async fn invoke(&self, payload: Value, deadline_ms: u64) -> Result<Value, String> {
+        let started = std::time::Instant::now();
+        let answer = self.invoke_timed(payload, deadline_ms).await;
+        self.counts.took(started);
+        answer
+    }
+}
+
+impl Lambda<'_> {
+    async fn invoke_timed(&self, payload: Value, deadline_ms: u64) -> Result<Value, String> {
         self.counts.total.fetch_add(1, SeqCst);
         let function = match self.instance().await {
             Ok(f) => f,

@@ -33,7 +33,7 @@ use ds_lambda_pump::{ProcessorEnv, SchedulePump, StreamPump};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use super::aws::{by_kind, chaos_episode, emulator, rules, via};
+use super::aws::{by_kind, chaos_episode, emulator_with, rules, via};
 use super::Report;
 use crate::client::Servers;
 use crate::proxy::{FaultProxy, Mode};
@@ -94,6 +94,10 @@ struct Drain {
     delivered: (u64, Instant),
 }
 
+/// Stream records the emulator keeps (seconds): far more than the pump ever
+/// lags by (one invocation, at most its 30 s deadline).
+const STREAM_RETENTION_S: &str = "600";
+
 /// How often a long run says where it is (on stderr).
 const STATUS_EVERY: Duration = Duration::from_secs(60);
 
@@ -149,7 +153,10 @@ fn now_ms() -> u64 {
 /// Run the campaign (see the module docs).
 pub async fn run(s: &Settings) -> anyhow::Result<Report> {
     let started = Instant::now();
-    let emulator = emulator()?;
+    // The table's stream is read by the pump within seconds of each write;
+    // trimming what is older than ten minutes keeps the emulator's memory
+    // (and with it the time of its every call) from growing with the run.
+    let emulator = emulator_with(&[("AWS_EMULATOR_STREAM_RETENTION_S", STREAM_RETENTION_S)])?;
     // The pumps and the per-test resources read the emulator's client
     // environment from the process, as the processor tests do.
     for (k, v) in &emulator.env {
@@ -250,11 +257,12 @@ pub async fn run(s: &Settings) -> anyhow::Result<Report> {
         if drain.is_none() && Instant::now() >= next_status {
             next_status = Instant::now() + STATUS_EVERY;
             let written = budget.load(SeqCst);
-            let invocations = lambda.counts.total.load(SeqCst);
             eprintln!(
-                "processor campaign: under faults for {} s, {written} events written, {invocations} invocations, \
-                 {delivered} records delivered",
-                started.elapsed().as_secs()
+                "processor campaign: under faults for {} s, {written} events written, {}, {delivered} records \
+                 delivered, {} pending",
+                started.elapsed().as_secs(),
+                lambda.counts.timing(),
+                pump.pending().len()
             );
         }
         let d = pump.deliver(&lambda, now_ms() + 30_000).await;
@@ -283,11 +291,12 @@ pub async fn run(s: &Settings) -> anyhow::Result<Report> {
                 let lag = observer.lock().await.lag().await;
                 if Instant::now() >= next_status {
                     next_status = Instant::now() + STATUS_EVERY;
-                    let invocations = lambda.counts.total.load(SeqCst);
                     eprintln!(
-                        "processor campaign: draining for {} s, lag {lag:?} bytes, {invocations} invocations, {delivered} \
-                         records delivered",
-                        progress.started.elapsed().as_secs()
+                        "processor campaign: draining for {} s, lag {lag:?} bytes, {}, {delivered} records delivered, \
+                         {} pending",
+                        progress.started.elapsed().as_secs(),
+                        lambda.counts.timing(),
+                        pump.pending().len()
                     );
                 }
                 if let Some(stalled) = progress.stalled(lag, delivered) {
