@@ -23,6 +23,13 @@
 # Environment: DS_BENCH_AWS_SCALE_OUT (report path), DS_LOAD_TARGET_DIR (cargo
 # target dir for ds-load, default target-bench), DS_BENCH_NO_BUILD=1 (bench.sh
 # has built everything), DS_BENCH_AWS_SCALE_ARGS (more `ds-load aws-scale` args).
+# Prebuilt binaries (a before/after pair from one checkout), with
+# DS_BENCH_NO_BUILD=1: DS_BENCH_BIN (durable-streams), DS_BENCH_ROUTER
+# (ds-lambda-router), DS_BENCH_LOAD (ds-load); the report names the server's
+# revision from a REV file beside DS_BENCH_BIN (else its path), e.g.
+#   DS_BENCH_NO_BUILD=1 DS_BENCH_BIN=/work/bins/41-before/durable-streams \
+#   DS_BENCH_ROUTER=/work/bins/41-before/ds-lambda-router DS_BENCH_LOAD=/work/bins/41-before/ds-load \
+#   bash bench/aws-scale.sh --quick
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 say() { echo "bench/aws-scale: $*" >&2; }
@@ -37,7 +44,7 @@ while [ $# -gt 0 ]; do
     --sections) SECTIONS="$2"; shift ;;
     --rows) ROWS="$2"; shift ;;
     --out) OUT="$2"; shift ;;
-    -h|--help) sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,35p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) say "unknown argument $1 (see --help)"; exit 2 ;;
   esac
   shift
@@ -58,7 +65,7 @@ cleanup() {
 if [ "${DS_BENCH_NO_BUILD:-0}" != 1 ]; then
   cargo build --release -q -p ds-lambda-router >&2
 fi
-ROUTER="$ROOT/target/release/ds-lambda-router"
+ROUTER="${DS_BENCH_ROUTER:-$ROOT/target/release/ds-lambda-router}"
 
 if [ "$QUICK" = 1 ]; then
   ARGS=(--append-rows "${ROWS:-1x1x1,1x64x1,4x64x1,1x64x64}" --append-secs 3 --reader-modes long-poll,sse
@@ -76,7 +83,11 @@ fi
 say "starting the AWS emulator with the model of AWS on"
 start_emulator "$EMU_DIR" --model aws
 
-REV="$(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet HEAD -- 2>/dev/null || echo ' (with uncommitted changes)')"
+if [ -n "${DS_BENCH_BIN:-}" ]; then
+  REV="$(cat "$(dirname "$DS_BENCH_BIN")/REV" 2>/dev/null || echo "prebuilt $DS_BENCH_BIN")"
+else
+  REV="$(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet HEAD -- 2>/dev/null || echo ' (with uncommitted changes)')"
+fi
 PRE="$WORK/preamble.md"
 {
   echo "Produced by \`bash bench/aws-scale.sh$([ "$QUICK" = 1 ] && echo ' --quick')\` ($KIND; sections: $SECTIONS) with \`ds-load aws-scale\`. Machine: $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')), Linux $(uname -r); $(rustc --version). Ours: \`durable-streams\` at git $REV, release build, \`serve --store aws --long-poll-timeout 20s\` per process; the emulator (infra/aws-emulator, moto 5.2.5), ds-load and every server process share the machine, all traffic on 127.0.0.1. Load average (1, 5, 15 min) at the start: $LOAD_START."

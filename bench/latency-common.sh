@@ -22,8 +22,10 @@ if [ "${DS_BENCH_NO_BUILD:-0}" != 1 ]; then
   CARGO_TARGET_DIR="$LOAD_TARGET" cargo build --release -q -p ds-load >&2
   cargo build --release -q -p durable-streams >&2
 fi
-LOAD="$LOAD_TARGET/release/ds-load"
-BIN="$ROOT/target/release/durable-streams"
+# DS_BENCH_LOAD / DS_BENCH_BIN: prebuilt binaries instead (with
+# DS_BENCH_NO_BUILD=1: e.g. a before/after pair built from two commits).
+LOAD="${DS_BENCH_LOAD:-$LOAD_TARGET/release/ds-load}"
+BIN="${DS_BENCH_BIN:-$ROOT/target/release/durable-streams}"
 LOAD_START="$(cut -d' ' -f1-3 /proc/loadavg | sed 's/ /, /g')"
 
 CAL_SECS="${DS_BENCH_CALIBRATION_SECS:-2}"

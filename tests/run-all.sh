@@ -79,6 +79,10 @@ out="$(DS_LAMBDA_RUN_DIR="$RUN/lambda" bash infra/conformance-lambda.sh)" || {
 echo "$out"
 RESULT[lambda]="$(echo "$out" | tail -n 1)"
 
+step "the HTTP function's concurrent mode through the runtime emulator (one process, AWS_LAMBDA_MAX_CONCURRENCY=8)"
+DS_LAMBDA_RUN_DIR="$RUN/lambda-concurrency" bash infra/lambda-concurrency.sh || {
+  echo "the concurrent mode through the Lambda runtime emulator FAILED (logs: $RUN/lambda-concurrency)" >&2; exit 1; }
+
 # Access control and TLS together: a test CA and certificate made now, a JWT
 # granting everything, the suite sending it on every request over https.
 step "conformance with access control (JWT) over TLS, --store memory"

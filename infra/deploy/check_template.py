@@ -340,6 +340,11 @@ def check_parameters(c, sam):
         if ok:
             bad = [v for v in p[param]["AllowedValues"] if duration_ms(v) is None]
             c.check(not bad, f"{param} values are durations with a unit", f"{bad}")
+    conc = p.get("HttpConcurrentInvocations", {})
+    c.check(env.get("DS_LAMBDA_CONCURRENT") == {"Ref": "HttpConcurrentInvocations"}
+            and conc.get("Default") == "off" and sorted(conc.get("AllowedValues", [])) == ["off", "on"],
+            "DS_LAMBDA_CONCURRENT = the HttpConcurrentInvocations parameter, off by default",
+            f"DS_LAMBDA_CONCURRENT is {env.get('DS_LAMBDA_CONCURRENT')}, parameter {conc}")
     if not wired or "AllowedValues" not in p["HttpFunctionTimeoutSeconds"]:
         c.check(False, "the parameters that bound the waits can be checked against the timeout by Rules")
         return
@@ -528,6 +533,9 @@ def self_test(sam, root):
          lambda t: t["Resources"]["ProcessorTableStream"]["Properties"].pop("FilterCriteria"), None, "FilterCriteria"),
         ("functions fixed on x86_64", lambda t: t["Globals"]["Function"].__setitem__("Architectures", ["x86_64"]),
          None, "Architecture=arm64: every function"),
+        ("the concurrent runner on by default",
+         lambda t: t["Parameters"]["HttpConcurrentInvocations"].__setitem__("Default", "on"), None,
+         "DS_LAMBDA_CONCURRENT = the HttpConcurrentInvocations parameter, off by default"),
         ("a task queue without a dead-letter queue",
          lambda t: t["Resources"]["TaskQueue"]["Properties"].pop("RedrivePolicy"), None, "dead-letters a task"),
     ] + operability_mutations()

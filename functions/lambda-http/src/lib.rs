@@ -22,6 +22,15 @@
 //! `Location`, subscription callback and JWKS URLs), and `DS_METRICS_NAMESPACE` (CloudWatch EMF lines on
 //! stdout, default `DurableStreams`; `off` disables them).
 //!
+//! Concurrent invocations ([`Runner`]): `DS_LAMBDA_CONCURRENT` (a switch,
+//! default off; the template's `HttpConcurrentInvocations`) runs the loop
+//! with `lambda_http::run_with_streaming_response_concurrent`, which takes
+//! as many invocations at once as Lambda allows one execution environment
+//! (`AWS_LAMBDA_MAX_CONCURRENCY`, set by Lambda Managed Instances; unset on
+//! classic Lambda, where it runs one at a time as before). Every waiting
+//! reader in the process then shares the substrate's one poller per stream
+//! and its clients (the billing trade-off: docs/deploy-aws.md).
+//!
 //! Processors ([`processors`]): `DS_PROCESSORS_TOML` (the TOML of a
 //! processors configuration) or `DS_PROCESSORS` (a file holding it), the
 //! same settings as the local server's, turn on the operator API at
@@ -88,13 +97,22 @@ pub fn handler(
 /// exit costs a cold start, and under a runtime emulator that restarts
 /// nothing it lost the instance for good. A Runtime API that keeps failing
 /// at once (gone) still ends the process.
-pub async fn run(router: axum::Router) -> Result<(), lambda_http::Error> {
+///
+/// With [`Runner::Concurrent`], lambda_runtime runs one worker per slot of
+/// `AWS_LAMBDA_MAX_CONCURRENCY`, and such an error ends that worker only
+/// (the others keep serving); the runner returns once every worker has
+/// ended, and is then entered again here like the sequential one.
+pub async fn run(router: axum::Router, runner: Runner) -> Result<(), lambda_http::Error> {
     const QUICK: std::time::Duration = std::time::Duration::from_secs(1);
     const MAX_QUICK_FAILURES: u32 = 20;
     let mut quick_failures = 0u32;
     loop {
         let started = std::time::Instant::now();
-        let Err(err) = lambda_http::run_with_streaming_response(handler(router.clone())).await else {
+        let ran = match runner {
+            Runner::Sequential => lambda_http::run_with_streaming_response(handler(router.clone())).await,
+            Runner::Concurrent => lambda_http::run_with_streaming_response_concurrent(handler(router.clone())).await,
+        };
+        let Err(err) = ran else {
             return Ok(());
         };
         quick_failures = if started.elapsed() < QUICK { quick_failures + 1 } else { 0 };
@@ -104,6 +122,27 @@ pub async fn run(router: axum::Router) -> Result<(), lambda_http::Error> {
         }
         tracing::warn!(error = %err, "a call to the Runtime API failed (a client left mid-response?); taking the next invocation");
         tokio::time::sleep(std::time::Duration::from_millis(20 * u64::from(quick_failures))).await;
+    }
+}
+
+/// How the function takes invocations from the Lambda Runtime API.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Runner {
+    /// One invocation at a time per process (classic Lambda).
+    Sequential,
+    /// As many at once as `AWS_LAMBDA_MAX_CONCURRENCY` allows (Lambda
+    /// Managed Instances); one at a time where it is unset.
+    Concurrent,
+}
+
+impl Runner {
+    /// `DS_LAMBDA_CONCURRENT` (default off).
+    pub fn from_env() -> anyhow::Result<Self> {
+        Self::from_settings(&Settings::from_env())
+    }
+
+    fn from_settings<F: Fn(&str) -> Option<String>>(env: &Settings<F>) -> anyhow::Result<Self> {
+        Ok(if env.switch("DS_LAMBDA_CONCURRENT")? { Runner::Concurrent } else { Runner::Sequential })
     }
 }
 
@@ -260,6 +299,17 @@ mod tests {
         let bad = Settings::new(|name: &str| (name == "DS_SSE_MAX_DURATION").then(|| "55000".to_owned()));
         let err = service_config(&bad).expect_err("a bare number has no unit");
         assert!(err.to_string().starts_with("DS_SSE_MAX_DURATION: "), "{err}");
+    }
+
+    #[test]
+    fn the_concurrent_runner_is_a_switch_off_by_default() {
+        let unset = Settings::new(|_: &str| None);
+        assert_eq!(Runner::from_settings(&unset).expect("valid"), Runner::Sequential);
+        let on = Settings::new(|name: &str| (name == "DS_LAMBDA_CONCURRENT").then(|| "on".to_owned()));
+        assert_eq!(Runner::from_settings(&on).expect("valid"), Runner::Concurrent);
+        let bad = Settings::new(|name: &str| (name == "DS_LAMBDA_CONCURRENT").then(|| "sometimes".to_owned()));
+        let err = Runner::from_settings(&bad).expect_err("not a switch").to_string();
+        assert!(err.starts_with("DS_LAMBDA_CONCURRENT: "), "{err}");
     }
 
     #[test]
