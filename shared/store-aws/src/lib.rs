@@ -27,6 +27,7 @@ pub mod mutex;
 pub mod plan;
 pub mod reader;
 pub mod registry;
+pub mod retry;
 pub mod scheduler;
 pub mod schedules;
 pub mod schema;

@@ -21,6 +21,7 @@ use crate::backend::Backend;
 use crate::codec::{self, n, s};
 use crate::error::{classify, AwsError};
 use crate::registry::{CachedMeta, StreamCtx};
+use crate::retry::{sdk_retries_off, Budget};
 use crate::schema::{meta_attr as m, ItemKey, META_SK, SK, TTL_ATTR};
 
 /// How long a cached meta may plan a mutation without having been confirmed
@@ -200,7 +201,8 @@ impl StreamStore for AwsStore {
     /// Coalesced: skipped when this process already wrote (or committed) a
     /// `touched_at_ms` within the touch interval of `at_ms`. Otherwise one
     /// conditional `UpdateItem` that only moves `touched_at_ms` forward, for
-    /// the same incarnation, and moves the TTL backstop with it.
+    /// the same incarnation, and moves the TTL backstop with it (retried
+    /// under the retry budget, [`crate::retry`]).
     #[tracing::instrument(level = "debug", skip(self, stream), fields(path = stream.path()))]
     async fn touch(&self, stream: &StreamHandle, incarnation: &str, at_ms: i64) -> Result<(), StoreError> {
         let ctx = self.b.registry.context_of(stream);
@@ -246,7 +248,7 @@ impl StreamStore for AwsStore {
                     .update_expression("SET #t = :t")
                     .condition_expression("#inc = :inc AND #t < :t AND attribute_not_exists(#ttl)"),
             };
-            match req.send().await.map_err(classify) {
+            match send_with_retries(&self.b, req).await {
                 Ok(_) => {
                     ctx.last_touch_written.fetch_max(at_ms, Ordering::Relaxed);
                     ctx.note_touch(incarnation, at_ms);
@@ -332,5 +334,26 @@ impl AwsStore {
         metas.sort_by(|a, b| a.path.as_bytes().cmp(b.path.as_bytes()));
         metas.truncate(limit);
         Ok(metas)
+    }
+}
+
+/// The touch's `UpdateItem`, SDK retries off, retried here under the retry
+/// budget while throttled or of unknown outcome (a touch applied twice is
+/// one touch: its condition only lets `touched` move forward).
+async fn send_with_retries(
+    b: &Backend,
+    req: aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder,
+) -> Result<aws_sdk_dynamodb::operation::update_item::UpdateItemOutput, AwsError> {
+    let mut budget = Budget::start();
+    loop {
+        let sent = req.clone().customize().config_override(sdk_retries_off()).send().await.map_err(classify);
+        match sent {
+            Err(AwsError::Throttled(_) | AwsError::Ambiguous(_)) => {
+                if !budget.next(b).await {
+                    return sent;
+                }
+            }
+            other => return other,
+        }
     }
 }
