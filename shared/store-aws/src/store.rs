@@ -22,7 +22,7 @@ use crate::codec::{self, n, s};
 use crate::error::{classify, AwsError};
 use crate::registry::{CachedMeta, StreamCtx};
 use crate::retry::{sdk_retries_off, Budget};
-use crate::schema::{meta_attr as m, ItemKey, META_SK, SK, TTL_ATTR};
+use crate::schema::{meta_attr as m, ItemKey, TTL_ATTR};
 
 /// How long a cached meta may plan a mutation without having been confirmed
 /// by DynamoDB (a read, a commit, or a lost race's ALL_OLD). Past it the
@@ -270,70 +270,21 @@ impl StreamStore for AwsStore {
         Some(crate::MAX_READ_BYTES)
     }
 
-    /// Scans the meta items (sweeps only, never on a request path) and pages
-    /// in byte-wise path order.
+    /// The path index ([`crate::index`]): every stream, paged in byte-wise
+    /// path order (sweeps and `GET /v1/processors`).
     async fn list_streams(&self, after: Option<&str>, limit: usize) -> Result<Vec<StreamMeta>, StoreError> {
-        self.scan_metas(None, after, limit).await
+        crate::index::list(&self.b, "", after, limit).await
     }
 
-    /// A scan of the meta items filtered by `begins_with(path, prefix)`:
-    /// subscription backfill only (an admin request), never on an append.
+    /// One `Query` of the path index by prefix (plus the matches' metas):
+    /// subscription backfill. Costs grow with the matches, not the table.
     async fn list_streams_with_prefix(
         &self,
         prefix: &str,
         after: Option<&str>,
         limit: usize,
     ) -> Result<Vec<StreamMeta>, StoreError> {
-        self.scan_metas(Some(prefix), after, limit).await
-    }
-}
-
-impl AwsStore {
-    /// Meta items (of paths starting with `prefix`, when given) strictly
-    /// after `after`, in byte-wise path order, at most `limit`.
-    async fn scan_metas(
-        &self,
-        prefix: Option<&str>,
-        after: Option<&str>,
-        limit: usize,
-    ) -> Result<Vec<StreamMeta>, StoreError> {
-        if limit == 0 {
-            return Ok(Vec::new());
-        }
-        let mut metas = Vec::new();
-        let mut start = None;
-        loop {
-            let mut scan = self
-                .b
-                .ddb
-                .scan()
-                .table_name(&self.b.cfg.table)
-                .consistent_read(true)
-                .expression_attribute_names("#sk", SK)
-                .expression_attribute_values(":meta", s(META_SK))
-                .set_exclusive_start_key(start.take());
-            scan = match prefix {
-                None => scan.filter_expression("#sk = :meta"),
-                Some(p) => scan
-                    .filter_expression("#sk = :meta AND begins_with(#path, :prefix)")
-                    .expression_attribute_names("#path", m::PATH)
-                    .expression_attribute_values(":prefix", s(p)),
-            };
-            let page = scan.send().await.map_err(classify)?;
-            for item in page.items() {
-                let meta = codec::meta_from_item(item)?;
-                if after.is_none_or(|a| &*meta.path > a) {
-                    metas.push(meta);
-                }
-            }
-            match page.last_evaluated_key() {
-                Some(k) if !k.is_empty() => start = Some(k.clone()),
-                _ => break,
-            }
-        }
-        metas.sort_by(|a, b| a.path.as_bytes().cmp(b.path.as_bytes()));
-        metas.truncate(limit);
-        Ok(metas)
+        crate::index::list(&self.b, prefix, after, limit).await
     }
 }
 

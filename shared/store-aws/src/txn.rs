@@ -3,6 +3,10 @@
 //! is folded by the shared rules ([`ds_core::fold`]) and its net writes
 //! translated into items ([`crate::plan`]).
 //!
+//! The transaction also keeps the path index ([`crate::index`]): the commit
+//! that creates a stream puts its index item, the one that deletes it
+//! deletes that item, so listing never sees one without the other.
+//!
 //! Order of events, and why:
 //! 1. Chunk bodies above the inline threshold are written to S3 first, each
 //!    under a fresh key, so the transaction only carries a pointer. Until the
@@ -57,10 +61,11 @@ pub async fn commit(b: &Backend, commit: Commit) -> Result<(), StoreError> {
     if writes.row_count() == 0 {
         return Ok(());
     }
-    if writes.row_count() > MAX_TRANSACTION_ITEMS {
+    let needed = crate::plan::item_count(&writes);
+    if needed > MAX_TRANSACTION_ITEMS {
         return Err(StoreError::backend(
             "DynamoDB TransactWriteItems",
-            format!("commit needs {} items; a transaction holds at most {MAX_TRANSACTION_ITEMS}", writes.row_count()),
+            format!("commit needs {needed} items; a transaction holds at most {MAX_TRANSACTION_ITEMS}"),
         ));
     }
     let cid = uuid::Uuid::new_v4().to_string();
