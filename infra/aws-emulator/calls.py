@@ -28,7 +28,9 @@ def _plain(d):
 class CallCounter:
     """Counts AWS API calls per (service, operation); errors are responses >= 400.
 
-    Also counted, per (service, operation): error codes (for a cancelled
+    Also counted, per (service, operation): the requests an SDK sent as a
+    retry of its own (`sdk_retries`: the `amz-sdk-request` header, which
+    every AWS SDK sends, says `attempt=N` with N > 1), error codes (for a cancelled
     TransactWriteItems, each cancellation reason code, so conditional-check
     failures and throttled items show apart), and the DynamoDB capacity the
     call consumed, in read and write request units (see dynamo.py).
@@ -44,15 +46,18 @@ class CallCounter:
         # own (moto accepts any) are told apart.
         self.by_key = _nested(3)
         self.errors = _nested(2)
+        self.sdk_retries = _nested(2)
         self.error_codes = _nested(3)
         self.capacity = defaultdict(lambda: defaultdict(lambda: {"rcu": 0.0, "wcu": 0.0}))
         self.capacity_by_key = defaultdict(lambda: {"rcu": 0.0, "wcu": 0.0})
         self.total = 0
         self.since = time.time()
 
-    def record(self, service, operation, status, key=None, codes=(), rcu=0.0, wcu=0.0):
+    def record(self, service, operation, status, key=None, codes=(), rcu=0.0, wcu=0.0, attempt=1):
         with self._lock:
             self.calls[service][operation] += 1
+            if attempt > 1:
+                self.sdk_retries[service][operation] += 1
             self.by_key[key or "-"][service][operation] += 1
             self.total += 1
             if status >= 400:
@@ -76,6 +81,7 @@ class CallCounter:
                 "since": self.since,
                 "calls": _plain(self.calls),
                 "errors": _plain(self.errors),
+                "sdk_retries": _plain(self.sdk_retries),
                 "error_codes": _plain(self.error_codes),
                 "by_key": _plain(self.by_key),
                 "capacity": _plain(self.capacity),
@@ -85,6 +91,20 @@ class CallCounter:
             if reset:
                 self._reset_locked()
             return out
+
+
+def sdk_attempt(environ):
+    """The attempt number an AWS SDK gave this request (`amz-sdk-request:
+    attempt=2; max=3`), 1 when it says none."""
+    header = environ.get("HTTP_AMZ_SDK_REQUEST", "")
+    for part in header.split(";"):
+        name, _, value = part.strip().partition("=")
+        if name == "attempt":
+            try:
+                return int(value)
+            except ValueError:
+                return 1
+    return 1
 
 
 def access_key(environ):

@@ -15,7 +15,8 @@ whole server and compares every answer.
 Capacity (`/_emulator/calls`, "capacity") follows DynamoDB's rules: a
 read costs ceil(size / 4 KB) units (half for an eventually consistent
 one), a Query or Scan the size of every item it read, before filters, summed
-then rounded up, a write ceil(size / 1 KB) of the larger of the item
+then rounded up, a BatchGetItem each item it returned as a GetItem would,
+a write ceil(size / 1 KB) of the larger of the item
 before and after, at least one unit per request or item; in
 TransactWriteItems every item costs twice (prepare and commit; a condition
 check too). A write whose condition fails costs the size of the item it
@@ -40,7 +41,9 @@ HOT_OPERATIONS = {
     "Scan": "scan",
     "TransactWriteItems": "transact_write_items",
     "BatchWriteItem": "batch_write_item",
+    "BatchGetItem": "batch_get_item",
 }
+READS = ("GetItem", "Query", "Scan", "BatchGetItem")
 JSON_TYPE = "application/x-amz-json-1.0"
 ERROR_PREFIX = "com.amazonaws.dynamodb.v20120810#"
 
@@ -281,7 +284,7 @@ class FastPath:
 
     def _serve(self, op, req, account, region, model):
         backend = self.backends[account][region]
-        writes = self.targets(backend, op, req) if op not in ("GetItem", "Query", "Scan") else []
+        writes = self.targets(backend, op, req) if op not in READS else []
         limits = model is not None and model.limits_on
         if limits and writes:
             parts = [w.part for w in writes]
@@ -330,6 +333,20 @@ class FastPath:
                     return
                 item = (out.result or {}).get("Item")
                 out.charge("r", part, read_units(item_size(item), consistent))
+            return
+        if op == "BatchGetItem":
+            # Every item returned, each rounded up on its own (as GetItem),
+            # consistent or not per table.
+            if ok:
+                for name, items in ((out.result or {}).get("Responses") or {}).items():
+                    try:
+                        table = backend.get_table(name)
+                    except Exception:
+                        continue
+                    strong = bool(((req.get("RequestItems") or {}).get(name) or {}).get("ConsistentRead"))
+                    for item in items:
+                        part = (table.name, _key_id(item.get(table.hash_key_attr)))
+                        out.charge("r", part, read_units(item_size(item), strong))
             return
         if op in ("Query", "Scan"):
             if ok:

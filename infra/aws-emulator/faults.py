@@ -30,6 +30,8 @@ class Faults:
       rate       probability that a matching call is faulted (default 1.0)
       delay_ms   for "slow" (default 1000); with other faults, a delay first
       seed       seeds the rule's random choices (default 0)
+      for_ms     the rule fires only this long after it was added (default: no
+                 limit): a burst, e.g. a second of throttling
       access_key only calls signed with this access key id (default: any), so
                  one process (one Lambda function's instance) fails while the
                  others sharing the emulator do not
@@ -53,7 +55,7 @@ class Faults:
         if not isinstance(spec, dict):
             raise ValueError("a rule is a JSON object")
         unknown = set(spec) - {"service", "operation", "fault", "count", "rate", "delay_ms", "seed",
-                                 "access_key"}
+                                 "access_key", "for_ms"}
         if unknown:
             raise ValueError(f"unknown rule fields: {sorted(unknown)}")
         kinds = spec.get("fault")
@@ -73,6 +75,8 @@ class Faults:
             "delay_ms": None if spec.get("delay_ms") is None else int(spec["delay_ms"]),
             "seed": int(spec.get("seed", 0)),
             "access_key": None if spec.get("access_key") is None else str(spec["access_key"]),
+            "for_ms": None if spec.get("for_ms") is None else int(spec["for_ms"]),
+            "until": None if spec.get("for_ms") is None else time.monotonic() + int(spec["for_ms"]) / 1000,
             "rng": random.Random(int(spec.get("seed", 0))),
             "fired": 0,
         }
@@ -98,6 +102,8 @@ class Faults:
                     continue
                 if r["count"] is not None and r["fired"] >= r["count"]:
                     continue
+                if r["until"] is not None and time.monotonic() >= r["until"]:
+                    continue
                 if r["rate"] < 1.0 and r["rng"].random() >= r["rate"]:
                     continue
                 r["fired"] += 1
@@ -111,7 +117,7 @@ class Faults:
     def snapshot(self, clear=False):
         with self._lock:
             out = {
-                "rules": [{k: v for k, v in r.items() if k != "rng"} for r in self.rules],
+                "rules": [{k: v for k, v in r.items() if k not in ("rng", "until")} for r in self.rules],
                 "injected": {s: {o: dict(f) for o, f in sorted(ops.items())}
                              for s, ops in sorted(self.injected.items())},
                 "total": self.total,

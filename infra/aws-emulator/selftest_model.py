@@ -14,7 +14,7 @@ AUTH = ("AWS4-HMAC-SHA256 Credential=selftest/20260101/us-east-1/dynamodb/aws4_r
         "SignedHeaders=host, Signature=0")
 
 
-def ddb(ep, op, body, conn=None):
+def ddb(ep, op, body, conn=None, headers=None):
     """(status, body as JSON, headers) of one raw DynamoDB call."""
     own = conn is None
     if own:
@@ -22,7 +22,7 @@ def ddb(ep, op, body, conn=None):
     try:
         conn.request("POST", "/", json.dumps(body), {
             "X-Amz-Target": f"DynamoDB_20120810.{op}", "Content-Type": "application/x-amz-json-1.0",
-            "Authorization": AUTH})
+            "Authorization": AUTH, **(headers or {})})
         r = conn.getresponse()
         data = r.read()
         return r.status, (json.loads(data) if data else None), dict(r.getheaders())
@@ -111,6 +111,10 @@ def sequence(t):
                     "ExpressionAttributeValues": {":s": {"S": "text"}}}}]}
     yield "BatchWriteItem", {"RequestItems": {t: [
         {"PutRequest": {"Item": {**key("q", "1"), "b": big}}}, {"DeleteRequest": {"Key": key("p", "c1")}}]}}
+    yield "BatchGetItem", {"RequestItems": {t: {"Keys": [key("p", "a"), key("p", "missing")],
+                                                 "ConsistentRead": True}}}
+    yield "BatchGetItem", {"RequestItems": {t: {"Keys": [key("p", "c2")], "ProjectionExpression": "sk"}}}
+    yield "BatchGetItem", {"RequestItems": {"no-such-table": {"Keys": [key("p", "a")]}}}
     yield "Query", {"TableName": t, "KeyConditionExpression": "pk = :p", "ConsistentRead": True,
                     "ExpressionAttributeValues": {":p": {"S": "p"}}}
     yield "Scan", {"TableName": t, "ConsistentRead": True}
@@ -190,6 +194,10 @@ def test_capacity(ck, ep):
                    "FilterExpression": "attribute_exists(nothing)", "ExpressionAttributeValues": {":p": {"S": "p"}}},
          2, 0),  # reads a (3 KB), c (1 KB) and e (2 KB) before the filter drops them all
         ("Scan", {"TableName": t, "Limit": 1}, 0.5, 0),
+        # Each item returned, rounded up on its own: a (3 KB) and c (1 KB), consistent.
+        ("BatchGetItem", {"RequestItems": {t: {"Keys": [key("p", "a"), key("p", "c"), key("p", "none")],
+                                               "ConsistentRead": True}}}, 2, 0),
+        ("BatchGetItem", {"RequestItems": {t: {"Keys": [key("p", "a")]}}}, 0.5, 0),
     ]
     bad = []
     for op, body, rcu, wcu in steps:
@@ -203,6 +211,13 @@ def test_capacity(ck, ep):
     codes = calls["error_codes"].get("dynamodb", {})
     ck.check("capacity: read/write units per call (transactions twice, failed conditions charged)",
              not bad, "; ".join(bad))
+    before = admin(ep, "GET", "/_emulator/calls")["sdk_retries"].get("dynamodb", {}).get("GetItem", 0)
+    for attempt in (1, 2, 3):
+        ddb(ep, "GetItem", {"TableName": t, "Key": key("p", "a")},
+            headers={"amz-sdk-request": f"attempt={attempt}; max=3"})
+    after = admin(ep, "GET", "/_emulator/calls")["sdk_retries"].get("dynamodb", {}).get("GetItem", 0)
+    ck.check("counting: requests an SDK sent as its own retry (amz-sdk-request attempt > 1) are counted",
+             after - before == 2, f"{before} -> {after}")
     ck.check("capacity: conditional-check failures counted by code",
              codes.get("PutItem", {}).get("ConditionalCheckFailedException") == 1
              and codes.get("TransactWriteItems", {}).get("ConditionalCheckFailed") == 1, json.dumps(codes))

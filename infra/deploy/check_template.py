@@ -99,13 +99,14 @@ TRANSACT_ITEM_ACTIONS = {
     "ConditionCheck": "dynamodb:ConditionCheckItem",
 }
 # SDK calls in the substrate that no Lambda function makes, and why.
-# (Scan is made by the HTTP function: a new subscription's backfill,
-# StreamStore::list_streams_with_prefix.)
-NOT_FROM_LAMBDA = {}
+NOT_FROM_LAMBDA = {
+    "Scan": "the one-off migration of the path index (ds_store_aws::index::backfill), run by an operator "
+            "with `durable-streams aws index-paths`; listing streams queries the index",
+}
 # SDK calls of the substrate the processor function never makes, and why.
 NOT_FROM_PROCESSOR = {
-    "Scan": "a new subscription's backfill (StreamStore::list_streams_with_prefix) runs on a PUT, "
-            "which only the HTTP function serves",
+    "BatchGetItem": "listing streams (a new subscription's backfill, GET /v1/processors: "
+                    "ds_store_aws::index::list) runs on requests only the HTTP function serves",
 }
 
 
@@ -408,7 +409,10 @@ def check_processor(c, sam):
     if ok:
         m = table[0]
         patterns = [json.loads(f["Pattern"]) for f in m.get("FilterCriteria", {}).get("Filters", [])]
+        # Chunk inserts of stream partitions only: the path index's sort keys
+        # are paths, and a path may start with "c#" (ds_store_aws::schema).
         inserts = [p for p in patterns if p.get("eventName") == ["INSERT"]
+                   and p.get("dynamodb", {}).get("Keys", {}).get("pk", {}).get("S") == [{"prefix": "stream#"}]
                    and p.get("dynamodb", {}).get("Keys", {}).get("sk", {}).get("S") == [{"prefix": "c#"}]]
         removals = [p for p in patterns if p.get("eventName") == ["REMOVE"]
                     and p.get("userIdentity", {}).get("principalId") == ["dynamodb.amazonaws.com"]

@@ -1,7 +1,8 @@
 //! `durable-streams aws …`: where failures land in an AWS deployment, for
 //! the operator (the library: `ds-dead-letters`). Queue URLs and the re-run
 //! target come from flags or the environment; the stack's outputs name
-//! them (README, "Deploy to AWS").
+//! them (README, "Deploy to AWS"). Also the one-off migration of a table to
+//! the path index (`index-paths`, `ds_store_aws::index::backfill`).
 
 use anyhow::{bail, Context};
 use ds_dead_letters::{DeadLetterQueues, QueueRole, Redriven, RerunTarget};
@@ -57,6 +58,12 @@ enum AwsCommand {
         #[arg(long)]
         message_id: Option<String>,
     },
+    /// Index every stream of the table for listing (the path index): once,
+    /// on a table written by a version without it. Streams it has not
+    /// indexed are missing from GET /v1/processors and from a new
+    /// subscription's backfill. Idempotent; safe while the service runs.
+    /// The table comes from DS_AWS_TABLE (and the AWS_* environment).
+    IndexPaths,
 }
 
 fn parse_queue(s: &str) -> Result<QueueRole, String> {
@@ -101,6 +108,12 @@ impl AwsArgs {
 }
 
 pub async fn run(args: AwsArgs) -> anyhow::Result<()> {
+    if let AwsCommand::IndexPaths = &args.command {
+        let aws = ds_store_aws::AwsSubstrate::from_env().await.context("configuring the AWS substrate")?;
+        let report = aws.backfill_path_index().await.context("indexing the table's streams")?;
+        println!("{}: {} stream(s) indexed", aws.config().table, report.written);
+        return Ok(());
+    }
     let queues = args.queues().await;
     match &args.command {
         AwsCommand::DeadLetters { queue } => {
@@ -119,6 +132,8 @@ pub async fn run(args: AwsArgs) -> anyhow::Result<()> {
                 }
             }
         }
+        // Answered above, before any queue is configured.
+        AwsCommand::IndexPaths => {}
         AwsCommand::Redrive { queue, message_id } => {
             let done =
                 queues.redrive(*queue, message_id.as_deref()).await.with_context(|| format!("redriving {queue}"))?;

@@ -149,9 +149,14 @@ impl StreamRecord {
     pub fn meaning(&self) -> Result<Meaning, RecordError> {
         let keys = &self.dynamodb.keys;
         let sk = string(keys, SK, "the record's keys")?;
+        // The path index's sort keys are paths, and a path may well start
+        // with `c#`: its items are none of the stream items below.
+        let pk = string(keys, PK, "the record's keys")?;
+        if pk == schema::PATH_INDEX_PK {
+            return Ok(Meaning::Ignored { why: "a path index item" });
+        }
         match self.event_name {
             EventName::Insert if sk.starts_with("c#") => {
-                let pk = string(keys, PK, "the record's keys")?;
                 let incarnation = schema::incarnation_from_sk(sk)
                     .ok_or_else(|| layout("the chunk's sort key", format!("no incarnation in {sk:?}")))?;
                 let end = schema::chunk_end_from_sk(sk)
@@ -159,7 +164,6 @@ impl StreamRecord {
                 Ok(Meaning::Doorbell { stream: stream_key(pk)?, incarnation: incarnation.to_owned(), end })
             }
             EventName::Insert | EventName::Modify if sk.starts_with("r#") => {
-                let pk = string(keys, PK, "the record's keys")?;
                 let incarnation = schema::incarnation_from_sk(sk)
                     .ok_or_else(|| layout("the record's sort key", format!("no incarnation in {sk:?}")))?;
                 let key = sk.strip_prefix(&schema::record_sk_prefix(incarnation)).unwrap_or_default();
@@ -293,6 +297,17 @@ mod tests {
             "dynamodb": {"Keys": {"pk": {"S": pk}, "sk": {"S": schema::chunk_sk("i", 1)}}, "SequenceNumber": "1"}
         }));
         assert!(matches!(r.meaning(), Ok(Meaning::Doorbell { stream: StreamKey::HashedPartition(p), .. }) if p == pk));
+    }
+
+    #[test]
+    fn a_path_index_item_is_no_doorbell_whatever_its_path() {
+        // A stream named like a chunk key: its index item's sort key is the path.
+        let r = record(json!({
+            "eventName": "INSERT",
+            "dynamodb": {"Keys": {"pk": {"S": schema::PATH_INDEX_PK}, "sk": {"S": schema::chunk_sk("i", 1)}},
+                         "SequenceNumber": "1"}
+        }));
+        assert!(matches!(r.meaning(), Ok(Meaning::Ignored { .. })), "{:?}", r.meaning());
     }
 
     #[test]

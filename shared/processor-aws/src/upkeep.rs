@@ -4,8 +4,9 @@
 //! - **TTL removals.** The table's TTL (a backstop for a lost expiry alarm)
 //!   deletes only a stream's meta item. What it leaves is finished here: the
 //!   reference a fork held on its source is released (exactly once, see
-//!   `StreamService::release_removed_fork`), and the incarnation's chunk,
-//!   producer and record items and its S3 objects are purged.
+//!   `StreamService::release_removed_fork`), the incarnation's chunk,
+//!   producer and record items and its S3 objects are purged, and the
+//!   stream's path index item is removed (`ds_store_aws::index`).
 //! - **Sealing.** Every [`UpkeepPolicy::seal_every`] chunk inserts of a
 //!   stream seen by this instance, a seal packs its oldest inline chunks
 //!   into an S3 segment (repeated while it finds work, at most
@@ -100,6 +101,13 @@ impl Upkeep {
             .await
             .map_err(|source| UpkeepError::Release { path: meta.path.to_string(), source })?;
         self.aws.purge(&meta.path, &meta.incarnation).await.map_err(|source| UpkeepError::Purge {
+            path: meta.path.to_string(),
+            incarnation: meta.incarnation.to_string(),
+            source,
+        })?;
+        // The TTL removed the meta item alone: its path index entry goes too
+        // (unless the stream was created again meanwhile).
+        self.aws.remove_dangling_index(&meta.path).await.map_err(|source| UpkeepError::Purge {
             path: meta.path.to_string(),
             incarnation: meta.incarnation.to_string(),
             source,

@@ -273,8 +273,25 @@ pub struct OnDemandOperator {
     config: RunnerConfig,
 }
 
-/// Stream metas read per `list_streams` call while listing.
+/// Stream metas read per listing call.
 const LIST_PAGE: usize = 500;
+
+/// What a listing of processed streams needs to read: the streams under
+/// the longest common start of the registrations' literal prefixes (every
+/// stream a registration can match is there; on AWS a listing costs what
+/// it finds, not the table); `None` without registrations.
+fn listing_prefix(registrations: &[Registration]) -> Option<String> {
+    let mut prefixes = registrations.iter().map(|r| r.pattern.literal_prefix());
+    let first = prefixes.next()?;
+    let common = prefixes.fold(first, |common, p| {
+        let mut len = common.bytes().zip(p.bytes()).take_while(|(a, b)| a == b).count();
+        while !common.is_char_boundary(len) {
+            len -= 1;
+        }
+        common[..len].to_owned()
+    });
+    Some(common)
+}
 
 impl OnDemandOperator {
     pub fn new(service: StreamService, registry: ProcessorRegistry, alarms: Option<Arc<dyn AlarmScheduler>>) -> Self {
@@ -310,9 +327,13 @@ impl ProcessorOperator for OnDemandOperator {
         let now = self.service.clock().now_ms();
         let mut cursor = after.map(str::to_owned);
         let mut page = ProcessorPage { processors: Vec::new(), next: None };
+        let Some(prefix) = listing_prefix(self.registry.registrations()) else { return Ok(page) };
         let mut streams = 0;
         loop {
-            let metas = store.list_streams(cursor.as_deref(), LIST_PAGE).await.map_err(ServiceError::from)?;
+            let metas = store
+                .list_streams_with_prefix(&prefix, cursor.as_deref(), LIST_PAGE)
+                .await
+                .map_err(ServiceError::from)?;
             let Some(last) = metas.last() else { return Ok(page) };
             cursor = Some(last.path.to_string());
             for meta in &metas {

@@ -47,6 +47,33 @@ impl Glob {
         &self.source
     }
 
+    /// The literal start of the pattern: every path it matches begins with
+    /// it (the segments before the first wildcard, with the `/` after them
+    /// for a `*`, without it for a `**`, which may match no segment; the
+    /// whole pattern when it has no wildcard). A listing by this prefix
+    /// finds every stream the pattern can match.
+    pub fn literal_prefix(&self) -> String {
+        let mut out = String::new();
+        for part in &self.parts {
+            match part {
+                Part::Literal(s) => {
+                    if !out.is_empty() {
+                        out.push('/');
+                    }
+                    out.push_str(s);
+                }
+                Part::One => {
+                    if !out.is_empty() {
+                        out.push('/');
+                    }
+                    return out;
+                }
+                Part::Any => return out,
+            }
+        }
+        out
+    }
+
     /// Whether the stream path `path` matches.
     pub fn matches(&self, path: &str) -> bool {
         let segments: Vec<&str> = path.split('/').collect();
@@ -118,6 +145,20 @@ mod tests {
         assert!(!m("exact/path", "exact/paths"));
         assert!(m("a/**/b/**/c", "a/x/b/y/z/c"));
         assert!(!m("a/**/b/**/c", "a/x/c"));
+    }
+
+    #[test]
+    fn every_match_starts_with_the_literal_prefix() {
+        let prefix = |p: &str| Glob::parse(p).expect("valid pattern").literal_prefix();
+        assert_eq!(prefix("orders/*"), "orders/");
+        assert_eq!(prefix("orders/**"), "orders");
+        assert_eq!(prefix("a/b/*/c"), "a/b/");
+        assert_eq!(prefix("*/events"), "");
+        assert_eq!(prefix("**"), "");
+        assert_eq!(prefix("exact/path"), "exact/path");
+        for (pattern, path) in [("orders/*", "orders/42"), ("orders/**", "orders"), ("a/**/z", "a/z"), ("x/y", "x/y")] {
+            assert!(m(pattern, path) && path.starts_with(&prefix(pattern)), "{pattern} {path}");
+        }
     }
 
     #[test]

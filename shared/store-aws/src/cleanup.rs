@@ -19,6 +19,7 @@ use tracing::{debug, info};
 use crate::backend::Backend;
 use crate::codec::{self, s, Item};
 use crate::error::{classify, AwsError};
+use crate::retry::{sdk_retries_off, Budget};
 use crate::schema::{self, chunk_attr, PK, SK};
 
 /// Sort-key/pointer projection of every item in a stream's partition whose
@@ -54,36 +55,51 @@ pub async fn list_keys(b: &Backend, path: &str, prefix: &str) -> Result<Vec<Item
     Ok(out)
 }
 
-/// Delete the given items (by key) in batches of 25, retrying unprocessed ones.
+/// Delete the given items (by key) in batches of 25 ([`batch_write`]).
 pub async fn delete_items(b: &Backend, keys: &[Item]) -> Result<(), AwsError> {
-    for batch in keys.chunks(25) {
-        let mut requests: Vec<WriteRequest> = batch
-            .iter()
-            .filter_map(|k| {
-                let key: Item =
-                    [PK, SK].iter().filter_map(|a| k.get(*a).map(|v| ((*a).to_owned(), v.clone()))).collect();
-                DeleteRequest::builder().set_key(Some(key)).build().ok()
-            })
-            .map(|d| WriteRequest::builder().delete_request(d).build())
-            .collect();
-        for attempt in 0..8u32 {
-            if requests.is_empty() {
-                break;
-            }
-            if attempt > 0 {
-                tokio::time::sleep(b.backoff(attempt)).await;
-            }
-            let out = b
+    let requests = keys
+        .iter()
+        .filter_map(|k| {
+            let key: Item = [PK, SK].iter().filter_map(|a| k.get(*a).map(|v| ((*a).to_owned(), v.clone()))).collect();
+            DeleteRequest::builder().set_key(Some(key)).build().ok()
+        })
+        .map(|d| WriteRequest::builder().delete_request(d).build())
+        .collect();
+    batch_write(b, requests).await
+}
+
+/// Apply idempotent writes (unconditional puts and deletes) with
+/// `BatchWriteItem`, 25 per call, SDK retries off: a throttled or lost call
+/// and the unprocessed items of a partial one are retried here, under the
+/// retry budget ([`crate::retry`]).
+pub async fn batch_write(b: &Backend, requests: Vec<WriteRequest>) -> Result<(), AwsError> {
+    for batch in requests.chunks(25) {
+        let mut pending = batch.to_vec();
+        let mut budget = Budget::start();
+        while !pending.is_empty() {
+            let sent = b
                 .ddb
                 .batch_write_item()
-                .request_items(&b.cfg.table, requests.clone())
+                .request_items(&b.cfg.table, pending.clone())
+                .customize()
+                .config_override(sdk_retries_off())
                 .send()
                 .await
-                .map_err(classify)?;
-            requests = out.unprocessed_items().and_then(|m| m.get(&b.cfg.table)).cloned().unwrap_or_default();
-        }
-        if !requests.is_empty() {
-            return Err(AwsError::Throttled(format!("{} deletes left unprocessed", requests.len())));
+                .map_err(classify);
+            match sent {
+                Ok(out) => {
+                    pending = out.unprocessed_items().and_then(|m| m.get(&b.cfg.table)).cloned().unwrap_or_default();
+                    if !pending.is_empty() && !budget.next(b).await {
+                        return Err(AwsError::Throttled(format!("{} writes left unprocessed", pending.len())));
+                    }
+                }
+                Err(AwsError::Throttled(_) | AwsError::Ambiguous(_)) => {
+                    if !budget.next(b).await {
+                        return sent.map(|_| ());
+                    }
+                }
+                Err(e) => return Err(e),
+            }
         }
     }
     Ok(())

@@ -10,7 +10,8 @@ use bytes::Bytes;
 use ds_core::{ForkOrigin, ProducerState, ProducerTriple, Record, StreamMeta};
 
 use crate::schema::{
-    chunk_attr, meta_attr as m, producer_attr, record_attr, ItemKey, FORMAT_ATTR, FORMAT_VERSION, PK, SK, TTL_ATTR,
+    chunk_attr, index_attr, meta_attr as m, producer_attr, record_attr, ItemKey, FORMAT_ATTR, FORMAT_VERSION, PK, SK,
+    TTL_ATTR,
 };
 
 pub type Item = HashMap<String, AttributeValue>;
@@ -196,6 +197,19 @@ pub fn meta_from_item(item: &Item) -> Result<StreamMeta, CodecError> {
 /// The commit id stamped on a meta item, if any.
 pub fn meta_commit_id(item: &Item) -> Option<&str> {
     item.get(m::COMMIT_ID).and_then(|v| v.as_s().ok()).map(String::as_str)
+}
+
+/// The path index item of the stream at `path` (see [`ItemKey::PathIndex`]).
+pub fn path_index_to_item(path: &str) -> Item {
+    let mut item = keyed(&ItemKey::PathIndex { path: path.to_owned() });
+    item.insert(index_attr::PATH.into(), s(path));
+    item
+}
+
+/// The path a path index item stands for.
+pub fn path_from_index_item(item: &Item) -> Result<&str, CodecError> {
+    check_format(item)?;
+    get_s(item, index_attr::PATH)
 }
 
 /// The producer item for `(path, incarnation, producer_id)`.

@@ -66,13 +66,35 @@ pub struct RegistryConfig {
     pub idle_ttl: Duration,
 }
 
-/// Retries of a commit inside the substrate (throttling, transaction
-/// contention, unknown outcome) and the backoff after a lost race.
+/// The one retry layer of the substrate's writes ([`crate::retry`]): every
+/// conditional write to DynamoDB (the commit's `TransactWriteItems`, the
+/// touch's `UpdateItem`, the seal's swap, the path index's repairs) and the
+/// cleanup's `BatchWriteItem` are retried here, with the SDK's own retries
+/// off for them, so no call is retried in two layers and every attempt's
+/// answer is seen (an unknown outcome is told from a definite failure).
+///
+/// The budget is time, not a count: DynamoDB throttles a hot partition for
+/// as long as its traffic exceeds ~1,000 WCU/s and a throttled write is not
+/// applied, so what must be survived is a burst of about a second (an
+/// on-demand table doubling its warm throughput, or one partition's burst
+/// capacity running out) — a handful of attempts 5–200 ms apart gave up
+/// after about half a second. Attempt n (0-based) sleeps a uniform draw
+/// from `[0, min(cap, base × 2^n)]` first ("full jitter", which spreads
+/// the retries of many clients of one throttled partition instead of
+/// synchronising them); attempts stop at `attempts`, or when the next sleep
+/// would end past `budget` after the first attempt began.
 #[derive(Debug, Clone)]
 pub struct RetryConfig {
+    /// At most this many attempts of one call (a bound on the calls one
+    /// write can make, should the jitter keep drawing short sleeps).
     pub attempts: u32,
+    /// The first sleep's ceiling; it doubles with every attempt.
     pub base: Duration,
+    /// The largest sleep ceiling: past it, attempts come about every
+    /// `cap / 2` on average.
     pub cap: Duration,
+    /// Total time from the first attempt after which no new attempt starts.
+    pub budget: Duration,
 }
 
 impl Default for PollConfig {
@@ -88,8 +110,17 @@ impl Default for RegistryConfig {
 }
 
 impl Default for RetryConfig {
+    /// 10 ms doubling to 1 s within 5 s: a one-second throttling burst is
+    /// ridden out with room to spare (on average the sleeps add up to 1 s
+    /// after 8 attempts, 5 s after about 16); `DS_AWS_RETRY_BUDGET` changes
+    /// the budget.
     fn default() -> Self {
-        Self { attempts: 6, base: Duration::from_millis(5), cap: Duration::from_millis(200) }
+        Self {
+            attempts: 32,
+            base: Duration::from_millis(10),
+            cap: Duration::from_secs(1),
+            budget: Duration::from_secs(5),
+        }
     }
 }
 
@@ -113,8 +144,9 @@ impl AwsConfig {
 
     /// Read `DS_AWS_TABLE`, `DS_AWS_BUCKET`, `DS_AWS_SCHEDULE_GROUP`,
     /// `DS_AWS_ALARM_TARGET_ARN`, `DS_AWS_SCHEDULER_ROLE_ARN`,
-    /// `DS_AWS_SCHEDULE_DEAD_LETTER_ARN` and `DS_AWS_INLINE_THRESHOLD` (a
-    /// size: `32768`, `32KiB`). The three ARNs are required unless
+    /// `DS_AWS_SCHEDULE_DEAD_LETTER_ARN`, `DS_AWS_INLINE_THRESHOLD` (a
+    /// size: `32768`, `32KiB`) and `DS_AWS_RETRY_BUDGET` (a duration: `5s`,
+    /// `1500ms`; see [`RetryConfig`]). The three ARNs are required unless
     /// `AWS_ENDPOINT_URL` points at an emulator.
     pub fn from_env() -> Result<Self, ConfigError> {
         Self::from_settings(&Settings::from_env())
@@ -156,6 +188,9 @@ impl AwsConfig {
             }
             cfg.inline_threshold = n;
         }
+        if let Some(budget) = env.duration("DS_AWS_RETRY_BUDGET")? {
+            cfg.retry.budget = budget;
+        }
         Ok(cfg)
     }
 }
@@ -189,6 +224,16 @@ mod tests {
             "{err:?}"
         );
         let err = lookup(&[emulated, ("DS_AWS_INLINE_THRESHOLD", "32 KB")]).err();
+        assert!(matches!(err, Some(ConfigError::Value { .. })), "{err:?}");
+    }
+
+    #[test]
+    fn the_retry_budget_is_a_duration() {
+        let emulated = ("AWS_ENDPOINT_URL", "http://127.0.0.1:1");
+        assert_eq!(lookup(&[emulated]).map(|c| c.retry.budget).ok(), Some(Duration::from_secs(5)));
+        let cfg = lookup(&[emulated, ("DS_AWS_RETRY_BUDGET", "1500ms")]);
+        assert_eq!(cfg.map(|c| c.retry.budget).ok(), Some(Duration::from_millis(1500)));
+        let err = lookup(&[emulated, ("DS_AWS_RETRY_BUDGET", "soon")]).err();
         assert!(matches!(err, Some(ConfigError::Value { .. })), "{err:?}");
     }
 }

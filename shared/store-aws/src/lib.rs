@@ -23,10 +23,12 @@ pub mod error;
 #[cfg(feature = "fault-injection")]
 pub mod faults;
 pub mod hub;
+pub mod index;
 pub mod mutex;
 pub mod plan;
 pub mod reader;
 pub mod registry;
+pub mod retry;
 pub mod scheduler;
 pub mod schedules;
 pub mod schema;
@@ -144,6 +146,19 @@ impl AwsSubstrate {
             .await
             .map_err(error::classify)?;
         Ok(out.item().map(codec::meta_from_item).transpose()?.map(|meta| meta.path.to_string()))
+    }
+
+    /// The one-off migration of a table written before the path index
+    /// existed (see [`index::backfill`]); idempotent.
+    pub async fn backfill_path_index(&self) -> Result<index::BackfillReport, ds_core::StoreError> {
+        index::backfill(&self.backend).await
+    }
+
+    /// Remove `path`'s path index item if its stream has no meta item (after
+    /// a TTL removal; see [`index::remove_dangling`]): `false` if the stream
+    /// exists and keeps its entry.
+    pub async fn remove_dangling_index(&self, path: &str) -> Result<bool, ds_core::StoreError> {
+        Ok(index::remove_dangling(&self.backend, path).await?)
     }
 
     /// Remove garbage of one stream path (see [`cleanup::sweep_path`]).

@@ -4,6 +4,10 @@
 //! whose condition expression is the fold's [`MetaCond`] on the stored item;
 //! each chunk a put conditional on its key being free; each producer state a
 //! put conditional on moving forward (every accepted append advances it).
+//! A meta write that creates a stream (condition: absent) also puts the
+//! stream's path index item, and one that deletes it deletes that item
+//! ([`crate::schema::ItemKey::PathIndex`]): both unconditional, since the
+//! meta item's own condition decides the whole transaction.
 
 use std::collections::HashMap;
 
@@ -24,6 +28,28 @@ pub(crate) enum Role {
     Chunk,
     Producer,
     Record,
+    /// The path index item of a stream the commit creates or deletes.
+    Index,
+}
+
+/// What a meta write does to the stream's path index item.
+enum IndexWrite {
+    Put,
+    Delete,
+}
+
+fn index_write(effect: &MetaEffect, cond: &MetaCond) -> Option<IndexWrite> {
+    match (effect, cond) {
+        (MetaEffect::Put(_), MetaCond::Absent) => Some(IndexWrite::Put),
+        (MetaEffect::Delete, _) => Some(IndexWrite::Delete),
+        _ => None,
+    }
+}
+
+/// Transaction items a commit's net writes need: one per row, plus one per
+/// stream it creates or deletes (the path index item).
+pub(crate) fn item_count(writes: &NetWrites) -> usize {
+    writes.row_count() + writes.metas.iter().filter(|mw| index_write(&mw.effect, &mw.cond).is_some()).count()
 }
 
 fn names(pairs: &[(&str, &str)]) -> HashMap<String, String> {
@@ -87,8 +113,8 @@ pub(crate) fn build_items(
     bodies: &[ChunkBody],
     cid: &str,
 ) -> Result<(Vec<TransactWriteItem>, Vec<Role>), StoreError> {
-    let mut items = Vec::with_capacity(writes.row_count());
-    let mut roles = Vec::with_capacity(writes.row_count());
+    let mut items = Vec::with_capacity(item_count(writes));
+    let mut roles = Vec::with_capacity(item_count(writes));
     for mw in &writes.metas {
         let cond = meta_condition(&mw.cond);
         let key = || Some(codec::key_of(&ItemKey::Meta { path: mw.path.to_string() }));
@@ -105,6 +131,24 @@ pub(crate) fn build_items(
         };
         items.push(item);
         roles.push(Role::Meta(mw.path.to_string()));
+        let index = match index_write(&mw.effect, &mw.cond) {
+            None => continue,
+            Some(IndexWrite::Put) => {
+                let put = Put::builder()
+                    .table_name(&b.cfg.table)
+                    .set_item(Some(codec::path_index_to_item(&mw.path)))
+                    .build()
+                    .map_err(build_err)?;
+                TransactWriteItem::builder().put(put).build()
+            }
+            Some(IndexWrite::Delete) => {
+                let key = codec::key_of(&ItemKey::PathIndex { path: mw.path.to_string() });
+                let del = Delete::builder().table_name(&b.cfg.table).set_key(Some(key)).build().map_err(build_err)?;
+                TransactWriteItem::builder().delete(del).build()
+            }
+        };
+        items.push(index);
+        roles.push(Role::Index);
     }
     for (c, body) in writes.chunks.iter().zip(bodies) {
         let chunk = ChunkItem { start: c.start, end: c.end(), body: body.clone() };

@@ -10,6 +10,18 @@
 //! Sort keys order as `c#…` (chunks) < `meta` < `p#…` (producers) < `r#…`
 //! (records), so a chunk range query never touches the other items.
 //!
+//! One more partition, `pk = "index#paths"` ([`PATH_INDEX_PK`]), holds the
+//! **path index**: one item per meta item, sort key = the stream's path, so
+//! listing streams by prefix is one `Query` (`begins_with(sk, prefix)`, paged
+//! by `ExclusiveStartKey`) that reads only the matches, in byte-wise path
+//! order, instead of a scan of the table. An index item is written and
+//! removed inside the very `TransactWriteItems` that creates or deletes the
+//! meta item ([`crate::plan`]), so the two never disagree — with one
+//! exception the listing tolerates: DynamoDB's TTL backstop removes a meta
+//! item alone, leaving its index item behind until the processor function
+//! (which sees the TTL removal) or the next listing that meets it removes it
+//! ([`crate::index`]).
+//!
 //! S3 keys (bucket `DS_AWS_BUCKET`) are listed in [`ObjectKey`].
 
 use sha2::{Digest, Sha256};
@@ -82,6 +94,22 @@ pub enum ItemKey {
     ///   (revision: the condition of the next write), `val` B (the value,
     ///   at most `ds_core::MAX_RECORD_BYTES`), `fmt` N.
     Record { path: String, incarnation: String, key: String },
+    /// One per meta item: the stream's entry in the path index (see the
+    /// module docs), present exactly while the meta item is (up to a TTL
+    /// removal, which [`crate::index`] finishes).
+    ///
+    /// - `pk` = [`PATH_INDEX_PK`], `sk` = the path (see [`path_index_sk`]:
+    ///   verbatim up to 1024 bytes, DynamoDB's sort-key limit, which is also
+    ///   the protocol's longest path)
+    /// - attributes: `path` S (the path, verbatim), `fmt` N. Never modified:
+    ///   put by the commit that creates the stream (its meta condition is
+    ///   `attribute_not_exists`), deleted by the commit that deletes it.
+    ///
+    /// One partition takes every create and delete of the table: at
+    /// DynamoDB's 1,000 WCU/s per partition and 2 WCU per transactional
+    /// write of a small item, about 500 stream creations plus deletions per
+    /// second. Appends never touch it.
+    PathIndex { path: String },
 }
 
 impl ItemKey {
@@ -91,6 +119,7 @@ impl ItemKey {
             | ItemKey::Producer { path, .. }
             | ItemKey::Chunk { path, .. }
             | ItemKey::Record { path, .. } => stream_pk(path),
+            ItemKey::PathIndex { .. } => PATH_INDEX_PK.to_owned(),
         }
     }
 
@@ -102,12 +131,38 @@ impl ItemKey {
             }
             ItemKey::Chunk { incarnation, end, .. } => chunk_sk(incarnation, *end),
             ItemKey::Record { incarnation, key, .. } => format!("{}{}", record_sk_prefix(incarnation), bounded(key)),
+            ItemKey::PathIndex { path } => path_index_sk(path),
         }
     }
 }
 
 /// Sort key of the meta item.
 pub const META_SK: &str = "meta";
+
+/// Partition key of the path index (see [`ItemKey::PathIndex`]). Not of the
+/// form `stream#…`, so nothing that reads stream partitions (the processor
+/// function's record filter) mistakes an index item for a stream's.
+pub const PATH_INDEX_PK: &str = "index#paths";
+
+/// DynamoDB's longest sort key, in bytes.
+const MAX_SORT_KEY: usize = 1024;
+
+/// Sort key of `path`'s index item: the path itself, so the index sorts in
+/// byte-wise path order and a path prefix is a sort-key prefix. A path
+/// longer than a sort key (the protocol refuses those; only a direct
+/// caller of the store could make one) keeps its first 950 bytes (cut at a
+/// character boundary) followed by `#h:<sha256 hex>`: unique, found by any
+/// prefix of up to 950 bytes, sorted by its first 950 bytes.
+pub fn path_index_sk(path: &str) -> String {
+    if path.len() <= MAX_SORT_KEY {
+        return path.to_owned();
+    }
+    let mut cut = 950;
+    while !path.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}#h:{}", &path[..cut], hex::encode(Sha256::digest(path.as_bytes())))
+}
 
 /// Partition key of every item of the stream at `path`.
 pub fn stream_pk(path: &str) -> String {
@@ -183,6 +238,11 @@ pub mod meta_attr {
     pub const REF_COUNT: &str = "refs";
     pub const SOFT_DELETED: &str = "sdel";
     pub const COMMIT_ID: &str = "cid";
+}
+
+/// Attribute names of path index items (see [`ItemKey::PathIndex`]).
+pub mod index_attr {
+    pub const PATH: &str = "path";
 }
 
 /// Attribute names of producer items (see [`ItemKey::Producer`]).
@@ -281,6 +341,25 @@ mod tests {
         assert!(pk.len() < 100);
         assert!(pk.starts_with("stream#h:"));
         assert_eq!(stream_pk("a/b"), "stream#a/b");
+    }
+
+    #[test]
+    fn path_index_keys_sort_as_paths_and_fit_a_sort_key() {
+        let key = |p: &str| ItemKey::PathIndex { path: p.into() };
+        assert_eq!(key("a/b").pk(), PATH_INDEX_PK);
+        assert!(!PATH_INDEX_PK.starts_with("stream#"));
+        assert_eq!(key("a/b").sk(), "a/b");
+        let mut paths = vec!["b", "a0", "a", "B", "a/b", "\u{e4}", "z", "a/a"];
+        let mut sks: Vec<String> = paths.iter().map(|p| key(p).sk()).collect();
+        paths.sort_unstable();
+        sks.sort_unstable();
+        assert_eq!(sks, paths, "byte-wise path order");
+        let longest = "x".repeat(1024);
+        assert_eq!(path_index_sk(&longest), longest);
+        let over = format!("{}\u{e4}{}", "y".repeat(949), "z".repeat(200));
+        let sk = path_index_sk(&over);
+        assert!(sk.len() <= 1024 && sk.starts_with(&"y".repeat(949)), "{}", sk.len());
+        assert_ne!(sk, path_index_sk(&format!("{over}z")), "long paths stay apart");
     }
 
     #[test]

@@ -24,7 +24,7 @@ use tracing::info;
 
 use crate::backend::Backend;
 use crate::codec::{self, n, s, ChunkBody, ChunkItem};
-use crate::error::{classify_commit, CommitFailure};
+use crate::error::CommitFailure;
 use crate::schema::{chunk_attr, meta_attr, ItemKey, ObjectKey};
 
 /// What to seal.
@@ -69,14 +69,9 @@ pub async fn seal(b: &Backend, path: &str, opts: SealOptions) -> Result<SealRepo
     if b.blobs.faults.take(crate::faults::FaultPoint::SealSwap).is_some() {
         return Err(StoreError::Unavailable(format!("injected: crashed before swapping in segment {key}")));
     }
-    let result = b
-        .ddb
-        .transact_write_items()
-        .set_transact_items(Some(swap_items(b, path, &incarnation, &run, &key)?))
-        .client_request_token(uuid::Uuid::new_v4().to_string())
-        .send()
-        .await
-        .map_err(classify_commit);
+    // One retry layer (crate::retry): ours, under the budget, same token
+    // across an unknown outcome.
+    let result = crate::retry::transact(b, swap_items(b, path, &incarnation, &run, &key)?).await;
     match result {
         Ok(_) => {
             info!(path, chunks = run.len(), bytes = end - start, key, "sealed segment");

@@ -21,7 +21,8 @@ use crate::backend::Backend;
 use crate::codec::{self, n, s};
 use crate::error::{classify, AwsError};
 use crate::registry::{CachedMeta, StreamCtx};
-use crate::schema::{meta_attr as m, ItemKey, META_SK, SK, TTL_ATTR};
+use crate::retry::{sdk_retries_off, Budget};
+use crate::schema::{meta_attr as m, ItemKey, TTL_ATTR};
 
 /// How long a cached meta may plan a mutation without having been confirmed
 /// by DynamoDB (a read, a commit, or a lost race's ALL_OLD). Past it the
@@ -200,7 +201,8 @@ impl StreamStore for AwsStore {
     /// Coalesced: skipped when this process already wrote (or committed) a
     /// `touched_at_ms` within the touch interval of `at_ms`. Otherwise one
     /// conditional `UpdateItem` that only moves `touched_at_ms` forward, for
-    /// the same incarnation, and moves the TTL backstop with it.
+    /// the same incarnation, and moves the TTL backstop with it (retried
+    /// under the retry budget, [`crate::retry`]).
     #[tracing::instrument(level = "debug", skip(self, stream), fields(path = stream.path()))]
     async fn touch(&self, stream: &StreamHandle, incarnation: &str, at_ms: i64) -> Result<(), StoreError> {
         let ctx = self.b.registry.context_of(stream);
@@ -246,7 +248,7 @@ impl StreamStore for AwsStore {
                     .update_expression("SET #t = :t")
                     .condition_expression("#inc = :inc AND #t < :t AND attribute_not_exists(#ttl)"),
             };
-            match req.send().await.map_err(classify) {
+            match send_with_retries(&self.b, req).await {
                 Ok(_) => {
                     ctx.last_touch_written.fetch_max(at_ms, Ordering::Relaxed);
                     ctx.note_touch(incarnation, at_ms);
@@ -268,69 +270,41 @@ impl StreamStore for AwsStore {
         Some(crate::MAX_READ_BYTES)
     }
 
-    /// Scans the meta items (sweeps only, never on a request path) and pages
-    /// in byte-wise path order.
+    /// The path index ([`crate::index`]): every stream, paged in byte-wise
+    /// path order (sweeps and `GET /v1/processors`).
     async fn list_streams(&self, after: Option<&str>, limit: usize) -> Result<Vec<StreamMeta>, StoreError> {
-        self.scan_metas(None, after, limit).await
+        crate::index::list(&self.b, "", after, limit).await
     }
 
-    /// A scan of the meta items filtered by `begins_with(path, prefix)`:
-    /// subscription backfill only (an admin request), never on an append.
+    /// One `Query` of the path index by prefix (plus the matches' metas):
+    /// subscription backfill. Costs grow with the matches, not the table.
     async fn list_streams_with_prefix(
         &self,
         prefix: &str,
         after: Option<&str>,
         limit: usize,
     ) -> Result<Vec<StreamMeta>, StoreError> {
-        self.scan_metas(Some(prefix), after, limit).await
+        crate::index::list(&self.b, prefix, after, limit).await
     }
 }
 
-impl AwsStore {
-    /// Meta items (of paths starting with `prefix`, when given) strictly
-    /// after `after`, in byte-wise path order, at most `limit`.
-    async fn scan_metas(
-        &self,
-        prefix: Option<&str>,
-        after: Option<&str>,
-        limit: usize,
-    ) -> Result<Vec<StreamMeta>, StoreError> {
-        if limit == 0 {
-            return Ok(Vec::new());
-        }
-        let mut metas = Vec::new();
-        let mut start = None;
-        loop {
-            let mut scan = self
-                .b
-                .ddb
-                .scan()
-                .table_name(&self.b.cfg.table)
-                .consistent_read(true)
-                .expression_attribute_names("#sk", SK)
-                .expression_attribute_values(":meta", s(META_SK))
-                .set_exclusive_start_key(start.take());
-            scan = match prefix {
-                None => scan.filter_expression("#sk = :meta"),
-                Some(p) => scan
-                    .filter_expression("#sk = :meta AND begins_with(#path, :prefix)")
-                    .expression_attribute_names("#path", m::PATH)
-                    .expression_attribute_values(":prefix", s(p)),
-            };
-            let page = scan.send().await.map_err(classify)?;
-            for item in page.items() {
-                let meta = codec::meta_from_item(item)?;
-                if after.is_none_or(|a| &*meta.path > a) {
-                    metas.push(meta);
+/// The touch's `UpdateItem`, SDK retries off, retried here under the retry
+/// budget while throttled or of unknown outcome (a touch applied twice is
+/// one touch: its condition only lets `touched` move forward).
+async fn send_with_retries(
+    b: &Backend,
+    req: aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder,
+) -> Result<aws_sdk_dynamodb::operation::update_item::UpdateItemOutput, AwsError> {
+    let mut budget = Budget::start();
+    loop {
+        let sent = req.clone().customize().config_override(sdk_retries_off()).send().await.map_err(classify);
+        match sent {
+            Err(AwsError::Throttled(_) | AwsError::Ambiguous(_)) => {
+                if !budget.next(b).await {
+                    return sent;
                 }
             }
-            match page.last_evaluated_key() {
-                Some(k) if !k.is_empty() => start = Some(k.clone()),
-                _ => break,
-            }
+            other => return other,
         }
-        metas.sort_by(|a, b| a.path.as_bytes().cmp(b.path.as_bytes()));
-        metas.truncate(limit);
-        Ok(metas)
     }
 }

@@ -142,6 +142,15 @@ impl AwsFactory {
         Some(Self { conf, cfg })
     }
 
+    /// The same table and bucket through clients signing with `access_key`
+    /// (the emulator takes any): its fault rules and call counts
+    /// (`by_key`) can single out what these clients do.
+    pub fn signing_as(&self, access_key: &str) -> Self {
+        let creds = aws_sdk_dynamodb::config::Credentials::new(access_key, "test", None, None, "ds-test");
+        let provider = aws_sdk_dynamodb::config::SharedCredentialsProvider::new(creds);
+        Self { conf: self.conf.to_builder().credentials_provider(provider).build(), cfg: self.cfg.clone() }
+    }
+
     pub fn aws(&self) -> AwsSubstrate {
         AwsSubstrate::new(self.cfg.clone(), AwsClients::from_sdk_config(&self.conf))
     }
@@ -216,6 +225,18 @@ impl CallCounter {
     pub async fn add_fault_rules(&self, rules: serde_json::Value) {
         let answer = self.request_with("POST", "/_emulator/faults", rules.to_string().into()).await;
         assert!(answer.get("rules").is_some(), "the emulator took the rules: {answer}");
+    }
+
+    /// Removes every fault rule (`DELETE /_emulator/faults`); answers what
+    /// was injected.
+    pub async fn clear_fault_rules(&self) -> serde_json::Value {
+        self.request("DELETE", "/_emulator/faults").await
+    }
+
+    /// Everything `/_emulator/calls` answers (calls, `by_key`, capacity,
+    /// `sdk_retries`, ...).
+    pub async fn snapshot(&self) -> serde_json::Value {
+        self.request("GET", "/_emulator/calls").await
     }
 
     /// Zero the counts.

@@ -3,6 +3,10 @@
 //! is folded by the shared rules ([`ds_core::fold`]) and its net writes
 //! translated into items ([`crate::plan`]).
 //!
+//! The transaction also keeps the path index ([`crate::index`]): the commit
+//! that creates a stream puts its index item, the one that deletes it
+//! deletes that item, so listing never sees one without the other.
+//!
 //! Order of events, and why:
 //! 1. Chunk bodies above the inline threshold are written to S3 first, each
 //!    under a fresh key, so the transaction only carries a pointer. Until the
@@ -13,8 +17,10 @@
 //!    for `ALL_OLD` on condition failure, so a lost race returns the current
 //!    meta and the caller's retry needs no extra read.
 //! 3. Throttling and `TransactionConflict` are retried here with jittered
-//!    backoff (nothing was written); the SDK's own retries are off for this
-//!    call, so every attempt's answer is seen here. A lost answer (timeout, 5xx) is retried
+//!    backoff (nothing was written) for as long as the retry budget lasts
+//!    ([`crate::retry`], [`crate::config::RetryConfig`]: about 5 s, so a
+//!    throttling burst of a second passes); the SDK's own retries are off
+//!    for this call, so every attempt's answer is seen here. A lost answer (timeout, 5xx) is retried
 //!    with the same `ClientRequestToken` (DynamoDB's idempotency window), and
 //!    the meta's commit id `cid` tells whether an earlier attempt was applied.
 //! 4. On a definite failure the S3 objects of step 1 are deleted; when the
@@ -33,6 +39,7 @@ use crate::error::{classify_commit, CommitFailure, FailedItem};
 use crate::faults::{Fault, FaultPoint};
 use crate::plan::{build_items, Role};
 use crate::registry::CachedMeta;
+use crate::retry::{sdk_retries_off, Budget};
 use crate::schema::ObjectKey;
 
 /// DynamoDB's limit on items per transaction.
@@ -54,10 +61,11 @@ pub async fn commit(b: &Backend, commit: Commit) -> Result<(), StoreError> {
     if writes.row_count() == 0 {
         return Ok(());
     }
-    if writes.row_count() > MAX_TRANSACTION_ITEMS {
+    let needed = crate::plan::item_count(&writes);
+    if needed > MAX_TRANSACTION_ITEMS {
         return Err(StoreError::backend(
             "DynamoDB TransactWriteItems",
-            format!("commit needs {} items; a transaction holds at most {MAX_TRANSACTION_ITEMS}", writes.row_count()),
+            format!("commit needs {needed} items; a transaction holds at most {MAX_TRANSACTION_ITEMS}"),
         ));
     }
     let cid = uuid::Uuid::new_v4().to_string();
@@ -117,16 +125,13 @@ async fn upload_large_bodies(b: &Backend, writes: &NetWrites) -> Result<(Vec<Chu
     Ok((bodies, uploaded))
 }
 
-/// Run the transaction with bounded retries (see the module docs).
+/// Run the transaction with retries under the budget (see the module docs).
 async fn run(b: &Backend, writes: &NetWrites, items: Vec<TransactWriteItem>, roles: &[Role], cid: &str) -> Outcome {
     let mut token = uuid::Uuid::new_v4().to_string();
     let mut ambiguous = false;
-    let attempts = b.cfg.retry.attempts.max(1);
-    let mut last_error = String::new();
-    for attempt in 0..attempts {
-        if attempt > 0 {
-            tokio::time::sleep(b.backoff(attempt - 1)).await;
-        }
+    let mut budget = Budget::start();
+    let mut last_error;
+    loop {
         let result = send(b, &items, &token).await;
         match result {
             Ok(()) => return Outcome::Applied,
@@ -143,10 +148,10 @@ async fn run(b: &Backend, writes: &NetWrites, items: Vec<TransactWriteItem>, rol
             Err(CommitFailure::Contended) | Err(CommitFailure::Throttled(_)) if !ambiguous => {
                 // Definitely not applied: a fresh token for the next attempt.
                 token = uuid::Uuid::new_v4().to_string();
-                last_error = "throttled or contended".into();
+                last_error = "throttled or contended".to_owned();
             }
             Err(CommitFailure::Contended) | Err(CommitFailure::Throttled(_)) => {
-                last_error = "throttled or contended after an unknown outcome".into();
+                last_error = "throttled or contended after an unknown outcome".to_owned();
             }
             Err(CommitFailure::Ambiguous(m)) => {
                 // Keep the token: if the lost attempt was applied, DynamoDB
@@ -161,16 +166,20 @@ async fn run(b: &Backend, writes: &NetWrites, items: Vec<TransactWriteItem>, rol
                 return Outcome::NotApplied(StoreError::backend("DynamoDB TransactWriteItems", m));
             }
         }
+        if !budget.next(b).await {
+            break;
+        }
     }
     if ambiguous {
         return Outcome::Unknown(last_error);
     }
+    let attempts = budget.attempts();
     Outcome::NotApplied(StoreError::Unavailable(format!("commit not applied after {attempts} attempts: {last_error}")))
 }
 
 async fn send(b: &Backend, items: &[TransactWriteItem], token: &str) -> Result<(), CommitFailure> {
-    // The SDK's own retries are off for this call: `run` must see every
-    // failed attempt. Otherwise a 500 after applying, retried inside the SDK
+    // The SDK's own retries are off for this call (`crate::retry`): `run`
+    // must see every failed attempt. Otherwise a 500 after applying, retried inside the SDK
     // and then throttled, reaches `run` as a plain throttle — "definitely not
     // applied" — and the S3 objects a committed chunk points at get discarded.
     let request = b
@@ -179,10 +188,7 @@ async fn send(b: &Backend, items: &[TransactWriteItem], token: &str) -> Result<(
         .set_transact_items(Some(items.to_vec()))
         .client_request_token(token)
         .customize()
-        .config_override(
-            aws_sdk_dynamodb::config::Builder::default()
-                .retry_config(aws_sdk_dynamodb::config::retry::RetryConfig::disabled()),
-        );
+        .config_override(sdk_retries_off());
     #[cfg(feature = "fault-injection")]
     match b.blobs.faults.take(FaultPoint::Transact) {
         Some(Fault::Throttle) => return Err(CommitFailure::Throttled("injected: ThrottlingError".into())),

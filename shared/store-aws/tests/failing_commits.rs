@@ -5,8 +5,9 @@
 use bytes::Bytes;
 use ds_core::contract::fixtures::{append_request as append_req, create_request as create_req, read_request};
 use ds_core::{ServiceConfig, ServiceError, StoreError, StreamService};
+use ds_store_aws::config::RetryConfig;
 use ds_store_aws::test_util::AwsFactory;
-use ds_store_aws::{AwsSubstrate, Fault, FaultPoint};
+use ds_store_aws::{AwsConfig, AwsSubstrate, Fault, FaultPoint};
 
 const BIG: usize = 100 * 1024; // above the inline threshold: goes through S3
 
@@ -35,7 +36,10 @@ async fn objects_of(f: &AwsFactory, path: &str) -> Vec<String> {
 }
 
 fn setup(f: &AwsFactory) -> (AwsSubstrate, StreamService) {
-    let aws = f.aws();
+    // A count of attempts, not the default's time budget, ends a commit's
+    // retries here: the tests inject exactly that many throttles.
+    let retry = RetryConfig { attempts: 6, budget: std::time::Duration::from_secs(60), ..RetryConfig::default() };
+    let aws = f.aws_with(AwsConfig { retry, ..f.cfg.clone() });
     let cfg = ServiceConfig { max_commit_attempts: 64, ..ServiceConfig::default() };
     let svc = StreamService::new(aws.substrate(), cfg);
     (aws, svc)
