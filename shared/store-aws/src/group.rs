@@ -126,7 +126,7 @@ fn cost_of(commit: &Commit) -> u32 {
 /// [`ds_core::StreamStore::try_submit`]: queued at once when the stream's
 /// queue has room.
 pub(crate) fn try_submit(b: &Arc<Backend>, commit: Commit) -> TrySubmit {
-    let Some(path) = queued_path(&commit) else { return TrySubmit::WouldWait(commit) };
+    let Some(path) = queued_path(&commit).filter(|_| b.cfg.group_commit) else { return TrySubmit::WouldWait(commit) };
     let ctx = b.registry.get(&path);
     match Arc::clone(&ctx.group.room).try_acquire_many_owned(cost_of(&commit)) {
         Ok(room) => TrySubmit::Submitted(enqueue(b, &ctx, commit, room)),
@@ -135,9 +135,10 @@ pub(crate) fn try_submit(b: &Arc<Backend>, commit: Commit) -> TrySubmit {
 }
 
 /// [`ds_core::StreamStore::submit`]: queued once the stream's queue has
-/// room; a commit of several streams is applied before returning.
+/// room; a commit of several streams (or any, with group commit off) is
+/// applied before returning.
 pub(crate) async fn submit(b: &Arc<Backend>, commit: Commit) -> Result<PendingCommit, StoreError> {
-    let Some(path) = queued_path(&commit) else {
+    let Some(path) = queued_path(&commit).filter(|_| b.cfg.group_commit) else {
         txn::commit(b, commit).await?;
         return Ok(PendingCommit::done(Ok(())));
     };
