@@ -64,8 +64,8 @@ use crate::txn::{self, MAX_TRANSACTION_ITEMS};
 pub const MAX_QUEUED_BYTES: usize = 16 * 1024 * 1024;
 /// What a queued commit costs beyond its payload (its writes, its channel).
 const COMMIT_COST: usize = 1024;
-/// Most inline chunk bytes in one group: DynamoDB caps a transaction at
-/// 4 MB, keys and attributes included.
+/// Most inline chunk and record bytes in one group: DynamoDB caps a
+/// transaction at 4 MB, keys and attributes included.
 pub const MAX_GROUP_INLINE_BYTES: usize = 2 * 1024 * 1024;
 /// Most S3 bodies in one group (uploaded one after another before the
 /// transaction).
@@ -232,7 +232,8 @@ fn fits(group: &NetWrites, next: &NetWrites, limit: usize) -> bool {
         + next.producers.len()
         + group.records.len()
         + next.records.len();
-    items <= MAX_TRANSACTION_ITEMS && inline <= MAX_GROUP_INLINE_BYTES && objects <= MAX_GROUP_OBJECTS
+    let records: usize = group.records.iter().chain(&next.records).map(|r| r.record.value.len()).sum();
+    items <= MAX_TRANSACTION_ITEMS && inline + records <= MAX_GROUP_INLINE_BYTES && objects <= MAX_GROUP_OBJECTS
 }
 
 /// Chunk items, inline bytes and S3 bodies of `chunks` once joined.

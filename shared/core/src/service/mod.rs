@@ -272,17 +272,17 @@ impl StreamService {
             };
             let predicted = if applied.is_none() || self.speculation.in_flight(path) { predicted } else { None };
             // A prediction is of `stream` itself (an append's next meta).
-            let predicting = predicted.is_some();
-            if let Some(p) = predicted {
+            let in_flight = predicted.map(|p| {
                 self.speculation.submitted((p.meta)(&value).clone(), p.producer);
-            }
+                speculation::InFlight::new(&self.speculation, path)
+            });
             drop(guard);
             let result = match applied {
                 Some(result) => result,
                 None => pending.await,
             };
-            if predicting {
-                self.speculation.finished(path, result.is_ok());
+            if let Some(in_flight) = in_flight {
+                in_flight.finished(result.is_ok());
             }
             if let Err(e) = result {
                 self.retry_or_fail(path, attempt, e).await?;
