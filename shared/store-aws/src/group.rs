@@ -34,7 +34,9 @@
 //!   group will move past) fails alone with `Conflict`, never sent. After a
 //!   group fails, the queued commits stacked on it fail with `Conflict` at
 //!   once: a lost race costs one conditional-check failure per group, not
-//!   one per queued commit.
+//!   one per queued commit. After a lost race the driver pauses (jittered,
+//!   growing with the races lost in a row) so the re-planned batch goes
+//!   again as one group.
 //! - **Apart.** Commits that delete a meta or wipe an incarnation go as
 //!   their own transaction, in their place in the queue; commits of several
 //!   streams (a fork and its source) are not queued and apply as submitted.
@@ -171,11 +173,13 @@ fn enqueue(
 
 /// Run `ctx`'s queue until it is empty (see the module docs).
 async fn drive(b: Arc<Backend>, ctx: Arc<StreamCtx>) {
+    let mut lost_races = 0u32;
     while let Some((writes, members)) = next_group(&b, &ctx) {
         // What a failed group leaves behind for the queued commits stacked on it.
         let metas = NetWrites { metas: writes.metas.clone(), ..NetWrites::default() };
         let result = txn::commit_writes(&b, writes).await;
         let failed = result.is_err();
+        let lost = matches!(result, Err(StoreError::Conflict));
         for member in members {
             // A member whose caller went away: its outcome is the group's all the same.
             let _ = member.ack.send(result.clone());
@@ -183,7 +187,24 @@ async fn drive(b: Arc<Backend>, ctx: Arc<StreamCtx>) {
         if failed {
             drop_stacked(&ctx, metas);
         }
+        lost_races = if lost { lost_races.saturating_add(1) } else { 0 };
+        if lost {
+            // Another process committed first. Its members re-plan on the
+            // meta the race returned, after their own short jittered
+            // back-off; waiting a little longer here lets the whole batch
+            // re-queue and go again as one group (not the first re-planned
+            // append alone, the rest behind it), and spreads the processes'
+            // next attempts apart.
+            tokio::time::sleep(race_backoff(&b, lost_races)).await;
+        }
     }
+}
+
+/// The driver's pause after its `lost`-th lost race in a row: longer than
+/// the core's first re-plan back-off (up to 2 ms), jittered, growing.
+fn race_backoff(b: &Backend, lost: u32) -> std::time::Duration {
+    let spread = (1u64 << lost.min(6)) * 1000;
+    std::time::Duration::from_micros(2500 + b.random.in_range(0..=spread))
 }
 
 /// Take the next group off the queue: its merged writes and its members, in
