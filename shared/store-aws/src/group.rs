@@ -50,20 +50,19 @@
 //!   several whole appends: [`ds_core::StreamStore`]'s chunk invariants).
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
 use bytes::BytesMut;
 use ds_core::fold::{ChunkWrite, Merge, NetWrites};
 use ds_core::{Commit, Op, PendingCommit, StoreError, TrySubmit};
-use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{oneshot, OwnedSemaphorePermit};
 
 use crate::backend::Backend;
+use crate::group_queue::{lock, Queued};
 use crate::registry::StreamCtx;
 use crate::txn::{self, MAX_TRANSACTION_ITEMS};
 
-/// Most bytes one stream's queue holds (payload plus [`COMMIT_COST`] per
-/// commit) before `submit` waits for room.
-pub const MAX_QUEUED_BYTES: usize = 16 * 1024 * 1024;
+pub use crate::group_queue::MAX_QUEUED_BYTES;
 /// What a queued commit costs beyond its payload (its writes, its channel).
 const COMMIT_COST: usize = 1024;
 /// Most inline chunk and record bytes in one group: DynamoDB caps a
@@ -72,38 +71,6 @@ pub const MAX_GROUP_INLINE_BYTES: usize = 2 * 1024 * 1024;
 /// Most S3 bodies in one group (uploaded one after another before the
 /// transaction).
 pub const MAX_GROUP_OBJECTS: usize = 4;
-
-/// One stream's queue (in its [`StreamCtx`]).
-pub struct Queue {
-    state: Mutex<State>,
-    room: Arc<Semaphore>,
-}
-
-impl Default for Queue {
-    fn default() -> Self {
-        Self { state: Mutex::default(), room: Arc::new(Semaphore::new(MAX_QUEUED_BYTES)) }
-    }
-}
-
-#[derive(Default)]
-struct State {
-    waiting: VecDeque<Queued>,
-    /// A driver task runs this queue.
-    driving: bool,
-}
-
-struct Queued {
-    writes: NetWrites,
-    ack: oneshot::Sender<Result<(), StoreError>>,
-    /// Given back when the commit is answered.
-    _room: OwnedSemaphorePermit,
-}
-
-fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
-    // Every critical section is a push, a pop or a flag: nothing is left
-    // half-done by a panic.
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
 
 /// The one stream whose meta `commit` writes, if it writes exactly one.
 fn queued_path(commit: &Commit) -> Option<String> {

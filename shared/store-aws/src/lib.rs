@@ -23,6 +23,7 @@ pub mod error;
 #[cfg(feature = "fault-injection")]
 pub mod faults;
 pub mod group;
+pub mod group_queue;
 pub mod hub;
 pub mod mutex;
 pub mod plan;
