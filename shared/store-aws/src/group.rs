@@ -58,7 +58,7 @@ use ds_core::{Commit, Op, PendingCommit, StoreError, TrySubmit};
 use tokio::sync::{oneshot, OwnedSemaphorePermit};
 
 use crate::backend::Backend;
-use crate::group_queue::{lock, Queued};
+use crate::group_queue::{lock, Queue, Queued};
 use crate::registry::StreamCtx;
 use crate::txn::{self, MAX_TRANSACTION_ITEMS};
 
@@ -141,7 +141,7 @@ fn enqueue(
 /// Run `ctx`'s queue until it is empty (see the module docs).
 async fn drive(b: Arc<Backend>, ctx: Arc<StreamCtx>) {
     let mut lost_races = 0u32;
-    while let Some((writes, members)) = next_group(&b, &ctx) {
+    while let Some((writes, members)) = next_group(&ctx.group, b.cfg.inline_threshold) {
         // What a failed group leaves behind for the queued commits stacked on it.
         let metas = NetWrites { metas: writes.metas.clone(), ..NetWrites::default() };
         let result = txn::commit_writes(&b, writes).await;
@@ -152,7 +152,7 @@ async fn drive(b: Arc<Backend>, ctx: Arc<StreamCtx>) {
             let _ = member.ack.send(result.clone());
         }
         if failed {
-            drop_stacked(&ctx, metas);
+            drop_stacked(&ctx.group, metas);
         }
         lost_races = if lost { lost_races.saturating_add(1) } else { 0 };
         if lost {
@@ -175,10 +175,10 @@ fn race_backoff(b: &Backend, lost: u32) -> std::time::Duration {
 }
 
 /// Take the next group off the queue: its merged writes and its members, in
-/// order. `None` (and the driver stops) when the queue is empty.
-fn next_group(b: &Backend, ctx: &StreamCtx) -> Option<(NetWrites, Vec<Queued>)> {
-    let limit = b.cfg.inline_threshold;
-    let mut state = lock(&ctx.group.state);
+/// order, chunks joined up to `limit` (the inline threshold). `None` (and
+/// the driver stops) when the queue is empty.
+fn next_group(queue: &Queue, limit: usize) -> Option<(NetWrites, Vec<Queued>)> {
+    let mut state = lock(&queue.state);
     let Some(mut head) = state.waiting.pop_front() else {
         state.driving = false;
         return None;
@@ -295,8 +295,8 @@ fn join_chunks(chunks: Vec<ChunkWrite>, limit: usize) -> Vec<ChunkWrite> {
 /// After a failed group: the queued commits stacked on it (planned on the
 /// state it would have left) cannot apply either; they fail with `Conflict`
 /// now, unsent, and so do the ones stacked on them.
-fn drop_stacked(ctx: &StreamCtx, mut failed: NetWrites) {
-    let mut state = lock(&ctx.group.state);
+fn drop_stacked(queue: &Queue, mut failed: NetWrites) {
+    let mut state = lock(&queue.state);
     let mut kept = VecDeque::with_capacity(state.waiting.len());
     for queued in state.waiting.drain(..) {
         if failed.stacks_on(&queued.writes) {
@@ -324,6 +324,88 @@ mod tests {
             data: Bytes::from(vec![u8::try_from(start % 251).unwrap_or(0); len]),
             check_stored: true,
         }
+    }
+
+    /// The net writes of an append at `(version, tail)` of `len` bytes, with
+    /// producer `p` when given.
+    fn append(version: u64, tail: u64, len: usize, p: Option<usize>) -> NetWrites {
+        let mut next = ds_core::contract::fixtures::new_meta("a");
+        (next.incarnation, next.version, next.tail) = ("i".into(), version + 1, tail + len as u64);
+        let mut ops = vec![
+            Op::PutMeta { meta: next, expect: ds_core::Expect::VersionAt { version, tail } },
+            Op::PutChunk {
+                path: "a".into(),
+                incarnation: "i".into(),
+                chunk: ds_core::Chunk { start: tail, data: Bytes::from(vec![b'x'; len]) },
+            },
+        ];
+        if let Some(p) = p {
+            ops.push(Op::PutProducer {
+                path: "a".into(),
+                incarnation: "i".into(),
+                producer_id: format!("p{p}"),
+                state: ds_core::ProducerState { epoch: 0, last_seq: 0 },
+            });
+        }
+        NetWrites::fold(Commit { ops }).expect("folds")
+    }
+
+    /// Queue `writes`; the receivers of their answers.
+    fn queued(all: Vec<NetWrites>) -> (Queue, Vec<oneshot::Receiver<Result<(), StoreError>>>) {
+        let queue = Queue::default();
+        let mut answers = Vec::new();
+        for writes in all {
+            let (ack, rx) = oneshot::channel();
+            let room = Arc::clone(&queue.room).try_acquire_many_owned(1).expect("room");
+            lock(&queue.state).waiting.push_back(Queued { writes, ack, _room: room });
+            answers.push(rx);
+        }
+        (queue, answers)
+    }
+
+    #[test]
+    fn a_group_stays_within_a_transaction() {
+        // 150 appends of 100 B, each with a producer of its own: 1 meta +
+        // 1 joined chunk + a producer row each, at most 100 items.
+        let all = (0..150).map(|k| append(k, k * 100, 100, Some(k as usize))).collect();
+        let (queue, _answers) = queued(all);
+        let (first, members) = next_group(&queue, 32 * 1024).expect("a group");
+        assert_eq!(first.metas.len(), 1, "one meta update");
+        assert!(first.row_count() <= MAX_TRANSACTION_ITEMS, "{} items", first.row_count());
+        assert_eq!(members.len(), first.producers.len());
+        assert_eq!(first.chunks.len(), 1, "the bodies joined");
+        assert!(members.len() >= 90, "as many as fit: {}", members.len());
+        let (second, rest) = next_group(&queue, 32 * 1024).expect("the rest");
+        assert_eq!(members.len() + rest.len(), 150);
+        assert!(second.row_count() <= MAX_TRANSACTION_ITEMS);
+        assert!(next_group(&queue, 32 * 1024).is_none(), "drained");
+        assert!(!lock(&queue.state).driving, "the driver stops");
+        // Without producers: bounded by the inline bytes (2 MiB of 30 KiB bodies).
+        let all = (0..100).map(|k| append(k, k * 30_000, 30_000, None)).collect();
+        let (queue, _answers) = queued(all);
+        let (group, members) = next_group(&queue, 32 * 1024).expect("a group");
+        assert!(group.chunk_bytes() <= MAX_GROUP_INLINE_BYTES);
+        assert_eq!(members.len(), MAX_GROUP_INLINE_BYTES / 30_000);
+    }
+
+    #[test]
+    fn a_commit_that_does_not_stack_fails_alone_and_a_failed_group_takes_its_stack_down() {
+        // The second was planned beside the first (same base): refused
+        // unsent; the third stacks on the first and joins it.
+        let (queue, mut answers) =
+            queued(vec![append(0, 0, 10, None), append(0, 0, 10, None), append(1, 10, 10, None)]);
+        let (group, members) = next_group(&queue, 32 * 1024).expect("a group");
+        assert_eq!(members.len(), 2);
+        assert!(matches!(answers[1].try_recv(), Ok(Err(StoreError::Conflict))));
+        assert!(matches!(&group.metas[0].effect, ds_core::fold::MetaEffect::Put(m) if m.version == 2));
+        // The group fails: the commits queued on top of it meanwhile fail too,
+        // one planned on the stored state stays.
+        let (queue, mut answers) = queued(vec![append(2, 20, 5, None), append(3, 25, 5, None), append(0, 0, 7, None)]);
+        drop_stacked(&queue, NetWrites { metas: group.metas.clone(), ..NetWrites::default() });
+        assert!(matches!(answers[0].try_recv(), Ok(Err(StoreError::Conflict))));
+        assert!(matches!(answers[1].try_recv(), Ok(Err(StoreError::Conflict))));
+        assert!(answers[2].try_recv().is_err(), "still queued");
+        assert_eq!(lock(&queue.state).waiting.len(), 1);
     }
 
     #[test]
