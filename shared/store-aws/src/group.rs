@@ -34,8 +34,10 @@
 //!   group will move past) fails alone with `Conflict`, never sent. After a
 //!   group fails, the queued commits stacked on it fail with `Conflict` at
 //!   once: a lost race costs one conditional-check failure per group, not
-//!   one per queued commit. After a lost race the driver pauses (jittered,
-//!   growing with the races lost in a row) so the re-planned batch goes
+//!   one per queued commit. After a lost race the driver pauses (2–10 ms,
+//!   jittered, growing with the races lost in a row) while the members,
+//!   told the store paces ([`ds_core::StreamStore::paces_conflicts`]),
+//!   re-plan at once on the meta the race returned: the whole batch goes
 //!   again as one group.
 //! - **Apart.** Commits that delete a meta or wipe an incarnation go as
 //!   their own transaction, in their place in the queue; commits of several
@@ -108,7 +110,12 @@ pub(crate) fn try_submit(b: &Arc<Backend>, commit: Commit) -> TrySubmit {
 /// applied before returning.
 pub(crate) async fn submit(b: &Arc<Backend>, commit: Commit) -> Result<PendingCommit, StoreError> {
     let Some(path) = queued_path(&commit).filter(|_| b.cfg.group_commit) else {
-        txn::commit(b, commit).await?;
+        let result = txn::commit(b, commit).await;
+        if b.cfg.group_commit && matches!(result, Err(StoreError::Conflict)) {
+            // The core re-plans at once (`paces_conflicts`): the pause is here.
+            tokio::time::sleep(race_backoff(b, 1)).await;
+        }
+        result?;
         return Ok(PendingCommit::done(Ok(())));
     };
     let ctx = b.registry.get(&path);
@@ -141,7 +148,7 @@ fn enqueue(
 /// Run `ctx`'s queue until it is empty (see the module docs).
 async fn drive(b: Arc<Backend>, ctx: Arc<StreamCtx>) {
     let mut lost_races = 0u32;
-    while let Some((writes, members)) = next_group(&ctx.group, b.cfg.inline_threshold) {
+    while let Some(Group { writes, members, refused }) = next_group(&ctx.group, b.cfg.inline_threshold) {
         // What a failed group leaves behind for the queued commits stacked on it.
         let metas = NetWrites { metas: writes.metas.clone(), ..NetWrites::default() };
         let result = txn::commit_writes(&b, writes).await;
@@ -151,33 +158,52 @@ async fn drive(b: Arc<Backend>, ctx: Arc<StreamCtx>) {
             // A member whose caller went away: its outcome is the group's all the same.
             let _ = member.ack.send(result.clone());
         }
+        // Answered only now the group is settled (its outcome in the
+        // cache): re-planned at once, they would read the state they were
+        // planned on again and be refused again while the group is in flight.
+        for r in refused {
+            let _ = r.ack.send(Err(StoreError::Conflict));
+        }
         if failed {
             drop_stacked(&ctx.group, metas);
         }
         lost_races = if lost { lost_races.saturating_add(1) } else { 0 };
         if lost {
-            // Another process committed first. Its members re-plan on the
-            // meta the race returned, after their own short jittered
-            // back-off; waiting a little longer here lets the whole batch
-            // re-queue and go again as one group (not the first re-planned
-            // append alone, the rest behind it), and spreads the processes'
-            // next attempts apart.
+            // Another process committed first. The members re-plan at once
+            // on the meta the race returned and re-queue meanwhile: the
+            // whole batch goes again as one group (not the first re-planned
+            // append alone, the rest behind it), a little apart from the
+            // other processes' next attempts.
             tokio::time::sleep(race_backoff(&b, lost_races)).await;
         }
     }
 }
 
 /// The driver's pause after its `lost`-th lost race in a row: longer than
-/// the core's first re-plan back-off (up to 2 ms), jittered, growing.
+/// the core's re-plan of a refused commit (at most 1 ms: the store paces,
+/// [`ds_core::StreamStore::paces_conflicts`]), jittered, growing a little.
+/// Short on purpose: the race returned the stream's current meta, so the
+/// sooner the re-planned group goes, the better its chance; a lost race
+/// costs one conditional-check failure for a whole group.
 fn race_backoff(b: &Backend, lost: u32) -> std::time::Duration {
-    let spread = (1u64 << lost.min(6)) * 1000;
-    std::time::Duration::from_micros(2500 + b.random.in_range(0..=spread))
+    let spread = (1u64 << lost.min(3)) * 1000;
+    std::time::Duration::from_micros(2000 + b.random.in_range(0..=spread))
 }
 
-/// Take the next group off the queue: its merged writes and its members, in
-/// order, chunks joined up to `limit` (the inline threshold). `None` (and
-/// the driver stops) when the queue is empty.
-fn next_group(queue: &Queue, limit: usize) -> Option<(NetWrites, Vec<Queued>)> {
+/// One transaction's worth of the queue.
+struct Group {
+    /// The members' writes merged, chunks joined.
+    writes: NetWrites,
+    /// In queue order; each answered with the transaction's outcome.
+    members: Vec<Queued>,
+    /// Taken off the queue but not stacking on the group (planned beside
+    /// it): answered `Conflict` once the group is settled.
+    refused: Vec<Queued>,
+}
+
+/// Take the next group off the queue, chunks joined up to `limit` (the
+/// inline threshold). `None` (and the driver stops) when the queue is empty.
+fn next_group(queue: &Queue, limit: usize) -> Option<Group> {
     let mut state = lock(&queue.state);
     let Some(mut head) = state.waiting.pop_front() else {
         state.driving = false;
@@ -185,6 +211,7 @@ fn next_group(queue: &Queue, limit: usize) -> Option<(NetWrites, Vec<Queued>)> {
     };
     let mut group = std::mem::take(&mut head.writes);
     let mut members = vec![head];
+    let mut refused = Vec::new();
     while let Some(next) = state.waiting.front() {
         if !fits(&group, &next.writes, limit) {
             break;
@@ -193,9 +220,7 @@ fn next_group(queue: &Queue, limit: usize) -> Option<(NetWrites, Vec<Queued>)> {
         match group.merge(std::mem::take(&mut next.writes)) {
             Ok(()) => members.push(next),
             // It cannot apply after the group: it fails alone, unsent.
-            Err(Merge::Conflict) => {
-                let _ = next.ack.send(Err(StoreError::Conflict));
-            }
+            Err(Merge::Conflict) => refused.push(next),
             Err(Merge::Apart(writes)) => {
                 next.writes = *writes;
                 state.waiting.push_front(next);
@@ -205,7 +230,7 @@ fn next_group(queue: &Queue, limit: usize) -> Option<(NetWrites, Vec<Queued>)> {
     }
     drop(state);
     group.chunks = join_chunks(std::mem::take(&mut group.chunks), limit);
-    Some((group, members))
+    Some(Group { writes: group, members, refused })
 }
 
 /// Whether `group` with `next` merged in stays within a transaction's
@@ -369,13 +394,13 @@ mod tests {
         // 1 joined chunk + a producer row each, at most 100 items.
         let all = (0..150).map(|k| append(k, k * 100, 100, Some(k as usize))).collect();
         let (queue, _answers) = queued(all);
-        let (first, members) = next_group(&queue, 32 * 1024).expect("a group");
+        let Group { writes: first, members, .. } = next_group(&queue, 32 * 1024).expect("a group");
         assert_eq!(first.metas.len(), 1, "one meta update");
         assert!(first.row_count() <= MAX_TRANSACTION_ITEMS, "{} items", first.row_count());
         assert_eq!(members.len(), first.producers.len());
         assert_eq!(first.chunks.len(), 1, "the bodies joined");
         assert!(members.len() >= 90, "as many as fit: {}", members.len());
-        let (second, rest) = next_group(&queue, 32 * 1024).expect("the rest");
+        let Group { writes: second, members: rest, .. } = next_group(&queue, 32 * 1024).expect("the rest");
         assert_eq!(members.len() + rest.len(), 150);
         assert!(second.row_count() <= MAX_TRANSACTION_ITEMS);
         assert!(next_group(&queue, 32 * 1024).is_none(), "drained");
@@ -383,20 +408,20 @@ mod tests {
         // Without producers: bounded by the inline bytes (2 MiB of 30 KiB bodies).
         let all = (0..100).map(|k| append(k, k * 30_000, 30_000, None)).collect();
         let (queue, _answers) = queued(all);
-        let (group, members) = next_group(&queue, 32 * 1024).expect("a group");
+        let Group { writes: group, members, .. } = next_group(&queue, 32 * 1024).expect("a group");
         assert!(group.chunk_bytes() <= MAX_GROUP_INLINE_BYTES);
         assert_eq!(members.len(), MAX_GROUP_INLINE_BYTES / 30_000);
     }
 
     #[test]
     fn a_commit_that_does_not_stack_fails_alone_and_a_failed_group_takes_its_stack_down() {
-        // The second was planned beside the first (same base): refused
+        // The second was planned beside the first (same base): refused,
         // unsent; the third stacks on the first and joins it.
         let (queue, mut answers) =
             queued(vec![append(0, 0, 10, None), append(0, 0, 10, None), append(1, 10, 10, None)]);
-        let (group, members) = next_group(&queue, 32 * 1024).expect("a group");
-        assert_eq!(members.len(), 2);
-        assert!(matches!(answers[1].try_recv(), Ok(Err(StoreError::Conflict))));
+        let Group { writes: group, members, refused } = next_group(&queue, 32 * 1024).expect("a group");
+        assert_eq!((members.len(), refused.len()), (2, 1));
+        assert!(answers[1].try_recv().is_err(), "answered once the group is settled, not before");
         assert!(matches!(&group.metas[0].effect, ds_core::fold::MetaEffect::Put(m) if m.version == 2));
         // The group fails: the commits queued on top of it meanwhile fail too,
         // one planned on the stored state stays.

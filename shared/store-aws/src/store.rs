@@ -211,6 +211,11 @@ impl StreamStore for AwsStore {
         crate::group::try_submit(&self.b, commit)
     }
 
+    /// With group commit on: the group's driver pauses after a lost race.
+    fn paces_conflicts(&self) -> bool {
+        self.b.cfg.group_commit
+    }
+
     /// Coalesced: skipped when this process already wrote (or committed) a
     /// `touched_at_ms` within the touch interval of `at_ms`. Otherwise one
     /// conditional `UpdateItem` that only moves `touched_at_ms` forward, for

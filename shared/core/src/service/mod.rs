@@ -317,7 +317,8 @@ impl StreamService {
         match e {
             StoreError::Conflict if attempt < self.cfg.max_commit_attempts => {
                 tracing::debug!(path, attempt, "commit precondition failed; retrying");
-                let cap = 2u64.saturating_pow(attempt.min(7)).min(100);
+                let cap =
+                    if self.sub.store.paces_conflicts() { 1 } else { 2u64.saturating_pow(attempt.min(7)).min(100) };
                 let backoff = self.sub.random.in_range(0..=cap);
                 tokio::time::sleep(Duration::from_millis(backoff)).await;
                 Ok(())
