@@ -4,7 +4,8 @@
 //! `AWS_REGION` and credentials, `DS_AWS_TABLE`, `DS_AWS_BUCKET`,
 //! `DS_AWS_SCHEDULE_GROUP`, `DS_AWS_ALARM_TARGET_ARN`,
 //! `DS_AWS_SCHEDULER_ROLE_ARN`, `DS_AWS_SCHEDULE_DEAD_LETTER_ARN` (the last
-//! three are required against real AWS).
+//! three are required against real AWS), `DS_AWS_NO_GROUP_COMMIT` (see
+//! `ds_store_aws::group`).
 //! Expiry alarms fire in the alarm Lambda, not in this process.
 
 use anyhow::Context;

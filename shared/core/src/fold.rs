@@ -175,6 +175,17 @@ pub struct NetWrites {
     pub wiped: Vec<(Arc<str>, Arc<str>)>,
 }
 
+/// Why [`NetWrites::merge`] left the writes as they were.
+#[derive(Debug)]
+pub enum Merge {
+    /// The later writes contradict the earlier ones: they cannot apply
+    /// after them (a commit planned on another state).
+    Conflict,
+    /// The later writes (given back) wipe an incarnation or delete a meta,
+    /// or the earlier ones do: apply them as a commit of their own.
+    Apart(Box<NetWrites>),
+}
+
 /// The record at `write`'s path as left by the ops folded so far:
 /// `(version, incarnation, tail)` after a put, nothing after a delete.
 fn staged_state(write: &MetaWrite) -> Option<(u64, &str, u64)> {
@@ -325,6 +336,85 @@ impl NetWrites {
         };
         self.records.push(RecordWrite { path, incarnation, key, record, expect });
         Ok(())
+    }
+
+    /// Join `later` (the net writes of a commit submitted after this one)
+    /// onto these writes, as if both commits' ops were folded as one commit
+    /// in order: a group commit applies many appends in one transaction.
+    /// `later`'s meta preconditions are checked against the state these
+    /// writes leave (its stored-state preconditions pass to the group only
+    /// for paths these writes do not touch), its chunks against these
+    /// writes' chunks, its records against these writes' records.
+    ///
+    /// [`Merge::Conflict`]: `later` contradicts these writes (it could not
+    /// apply after them); [`Merge::Apart`]: a wipe or a meta delete on
+    /// either side, which is applied as its own commit. Either way `self`
+    /// is left as it was.
+    pub fn merge(&mut self, later: NetWrites) -> Result<(), Merge> {
+        let joinable =
+            |w: &NetWrites| w.wiped.is_empty() && w.metas.iter().all(|m| matches!(m.effect, MetaEffect::Put(_)));
+        if !joinable(self) || !joinable(&later) {
+            return Err(Merge::Apart(Box::new(later)));
+        }
+        // Check everything first: nothing changes unless all of it holds.
+        for m in &later.metas {
+            if let Some(i) = self.staged(&m.path) {
+                if !m.cond.holds(staged_state(&self.metas[i])) {
+                    return Err(Merge::Conflict);
+                }
+            }
+        }
+        let overlaps = later.chunks.iter().any(|w| {
+            self.chunks
+                .iter()
+                .any(|c| c.path == w.path && c.incarnation == w.incarnation && c.start < w.end() && w.start < c.end())
+        });
+        if overlaps {
+            return Err(Merge::Conflict);
+        }
+        for r in &later.records {
+            let earlier =
+                self.records.iter().find(|e| e.path == r.path && e.incarnation == r.incarnation && e.key == r.key);
+            if let Some(e) = earlier {
+                if r.expect != Some(RecordExpect::Revision(e.record.revision)) {
+                    return Err(Merge::Conflict);
+                }
+            }
+        }
+        for m in later.metas {
+            match self.staged(&m.path) {
+                Some(i) => self.metas[i].effect = m.effect,
+                None => self.metas.push(m),
+            }
+        }
+        self.chunks.extend(later.chunks);
+        for p in later.producers {
+            self.producers
+                .retain(|e| !(e.path == p.path && e.incarnation == p.incarnation && e.producer_id == p.producer_id));
+            self.producers.push(p);
+        }
+        for mut r in later.records {
+            if let Some(i) =
+                self.records.iter().position(|e| e.path == r.path && e.incarnation == r.incarnation && e.key == r.key)
+            {
+                r.expect = self.records.remove(i).expect;
+            }
+            self.records.push(r);
+        }
+        Ok(())
+    }
+
+    /// Whether `later` (a commit's net writes) would apply on top of these
+    /// writes' meta effects: each of its meta preconditions on a path these
+    /// writes put holds against the meta they put. A group commit that
+    /// failed uses it to find the queued commits planned on top of it
+    /// (they cannot apply either).
+    pub fn stacks_on(&self, later: &NetWrites) -> bool {
+        later.metas.iter().any(|m| {
+            self.staged(&m.path).is_some_and(|i| {
+                matches!(self.metas[i].effect, MetaEffect::Put(_)) && m.cond.holds(staged_state(&self.metas[i]))
+            })
+        })
     }
 
     /// Check the preconditions on stored state. `Ok(())` means every write

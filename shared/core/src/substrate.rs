@@ -171,6 +171,16 @@ pub trait StreamStore: Send + Sync + 'static {
         TrySubmit::WouldWait(commit)
     }
 
+    /// Whether this store spaces out the retries of the commits it refuses
+    /// with [`StoreError::Conflict`] itself (a jittered pause after each lost
+    /// race before its next commit of that stream: AWS's group commit), so
+    /// the core re-plans a refused commit at once instead of after its own
+    /// back-off — the refused appends of one group then re-queue together
+    /// and go again as one. `false` (the default): the core backs off.
+    fn paces_conflicts(&self) -> bool {
+        false
+    }
+
     /// Record an access for the sliding TTL: set the meta's `touched_at_ms` to
     /// at least `at_ms` if the stored incarnation still matches. No version
     /// bump, no precondition. Implementations may coalesce (e.g. at most about

@@ -43,6 +43,9 @@ pub struct AwsConfig {
     /// Sliding-TTL refreshes of one stream are written at most this often
     /// (shortened for tiny TTLs, see [`crate::store`]'s touch).
     pub touch_interval: Duration,
+    /// Group commit ([`crate::group`]); off (`DS_AWS_NO_GROUP_COMMIT=1`):
+    /// every commit its own transaction, run under the stream's lock.
+    pub group_commit: bool,
 }
 
 /// Adaptive polling of the meta item by the poll-backed hub.
@@ -139,14 +142,15 @@ impl AwsConfig {
             registry: RegistryConfig::default(),
             retry: RetryConfig::default(),
             touch_interval: Duration::from_secs(1),
+            group_commit: true,
         }
     }
 
     /// Read `DS_AWS_TABLE`, `DS_AWS_BUCKET`, `DS_AWS_SCHEDULE_GROUP`,
     /// `DS_AWS_ALARM_TARGET_ARN`, `DS_AWS_SCHEDULER_ROLE_ARN`,
     /// `DS_AWS_SCHEDULE_DEAD_LETTER_ARN`, `DS_AWS_INLINE_THRESHOLD` (a
-    /// size: `32768`, `32KiB`) and `DS_AWS_RETRY_BUDGET` (a duration: `5s`,
-    /// `1500ms`; see [`RetryConfig`]). The three ARNs are required unless
+    /// size: `32768`, `32KiB`), `DS_AWS_RETRY_BUDGET` (a duration: `5s`,
+    /// `1500ms`; see [`RetryConfig`]) and `DS_AWS_NO_GROUP_COMMIT` (a switch). The three ARNs are required unless
     /// `AWS_ENDPOINT_URL` points at an emulator.
     pub fn from_env() -> Result<Self, ConfigError> {
         Self::from_settings(&Settings::from_env())
@@ -191,6 +195,7 @@ impl AwsConfig {
         if let Some(budget) = env.duration("DS_AWS_RETRY_BUDGET")? {
             cfg.retry.budget = budget;
         }
+        cfg.group_commit = !env.switch("DS_AWS_NO_GROUP_COMMIT")?;
         Ok(cfg)
     }
 }
@@ -210,6 +215,14 @@ mod tests {
         assert_eq!(lookup(&[]).err(), Some(ConfigError::Missing { name: "DS_AWS_ALARM_TARGET_ARN".into() }));
         let cfg = lookup(&[("AWS_ENDPOINT_URL", "http://127.0.0.1:1"), ("DS_AWS_TABLE", "t")]);
         assert_eq!(cfg.map(|c| c.table).ok().as_deref(), Some("t"));
+    }
+
+    #[test]
+    fn group_commit_is_on_unless_switched_off() {
+        let emulated = ("AWS_ENDPOINT_URL", "http://127.0.0.1:1");
+        assert_eq!(lookup(&[emulated]).map(|c| c.group_commit).ok(), Some(true));
+        let off = lookup(&[emulated, ("DS_AWS_NO_GROUP_COMMIT", "1")]);
+        assert_eq!(off.map(|c| c.group_commit).ok(), Some(false));
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //!
 //! | trait | implementation |
 //! | --- | --- |
-//! | [`StreamStore`](ds_core::StreamStore) | [`store::AwsStore`]: one table (layout in [`schema`]); `commit` = one `TransactWriteItems` ([`txn`]); large bodies and sealed segments in S3 ([`blobs`], [`segments`]) |
+//! | [`StreamStore`](ds_core::StreamStore) | [`store::AwsStore`]: one table (layout in [`schema`]); `commit` = one `TransactWriteItems` ([`txn`]), the appends queued while one is in flight grouped into the next ([`group`]); large bodies and sealed segments in S3 ([`blobs`], [`segments`]) |
 //! | [`StreamMutex`](ds_core::StreamMutex) | [`mutex::AwsMutex`]: in-process semaphore as an optimization; the guarantee is the commit's version condition |
 //! | [`StreamHub`](ds_core::StreamHub) | [`hub::PollHub`]: one adaptive poller of the meta item per stream per process; local commits wake at once |
 //! | [`ExpiryScheduler`](ds_core::ExpiryScheduler) | [`scheduler::EventBridgeScheduler`]: one-shot `at()` schedule per incarnation ([`schedules`]), re-armed lazily |
@@ -22,6 +22,8 @@ pub mod config;
 pub mod error;
 #[cfg(feature = "fault-injection")]
 pub mod faults;
+pub mod group;
+pub mod group_queue;
 pub mod hub;
 pub mod index;
 pub mod mutex;

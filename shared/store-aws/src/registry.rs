@@ -44,6 +44,8 @@ pub struct StreamCtx {
     /// transactions on lost races); correctness across processes comes from
     /// the commit's version condition.
     pub lock: Arc<Semaphore>,
+    /// Commits waiting for the stream's next transaction ([`crate::group`]).
+    pub group: crate::group_queue::Queue,
     cache: Mutex<Option<CachedMeta>>,
     /// Producer states, valid for the meta version they were read under.
     producers: Mutex<ProducerCache>,
@@ -102,6 +104,7 @@ impl StreamCtx {
             path: path.to_owned(),
             owner,
             lock: Arc::new(Semaphore::new(1)),
+            group: crate::group_queue::Queue::default(),
             cache: Mutex::new(None),
             producers: Mutex::new(ProducerCache::default()),
             signal: watch::channel(None).0,

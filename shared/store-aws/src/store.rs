@@ -14,7 +14,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use ds_core::{Chunk, Commit, ProducerState, Record, StoreError, StreamHandle, StreamMeta, StreamStore};
+use ds_core::{
+    Chunk, Commit, PendingCommit, ProducerState, Record, StoreError, StreamHandle, StreamMeta, StreamStore, TrySubmit,
+};
 use tracing::debug;
 
 use crate::backend::Backend;
@@ -196,6 +198,23 @@ impl StreamStore for AwsStore {
 
     async fn commit(&self, commit: Commit) -> Result<(), StoreError> {
         crate::txn::commit(&self.b, commit).await
+    }
+
+    /// Queued for the stream's next transaction ([`crate::group`]).
+    async fn submit(&self, commit: Commit) -> Result<PendingCommit, StoreError> {
+        match crate::group::try_submit(&self.b, commit) {
+            TrySubmit::Submitted(submitted) => submitted,
+            TrySubmit::WouldWait(commit) => crate::group::submit(&self.b, commit).await,
+        }
+    }
+
+    fn try_submit(&self, commit: Commit) -> TrySubmit {
+        crate::group::try_submit(&self.b, commit)
+    }
+
+    /// With group commit on: the group's driver pauses after a lost race.
+    fn paces_conflicts(&self) -> bool {
+        self.b.cfg.group_commit
     }
 
     /// Coalesced: skipped when this process already wrote (or committed) a

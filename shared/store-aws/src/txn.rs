@@ -43,7 +43,7 @@ use crate::retry::{sdk_retries_off, Budget};
 use crate::schema::ObjectKey;
 
 /// DynamoDB's limit on items per transaction.
-const MAX_TRANSACTION_ITEMS: usize = 100;
+pub(crate) const MAX_TRANSACTION_ITEMS: usize = 100;
 
 /// Result of running the transaction.
 enum Outcome {
@@ -57,7 +57,12 @@ enum Outcome {
 /// Apply `commit` all-or-nothing (see the module docs).
 #[tracing::instrument(level = "debug", skip_all, fields(ops = commit.ops.len()))]
 pub async fn commit(b: &Backend, commit: Commit) -> Result<(), StoreError> {
-    let writes = NetWrites::fold(commit)?;
+    commit_writes(b, NetWrites::fold(commit)?).await
+}
+
+/// [`commit`] of writes already folded (one commit's, or a group's joined
+/// by [`crate::group`]): one transaction, one commit id for all of them.
+pub(crate) async fn commit_writes(b: &Backend, writes: NetWrites) -> Result<(), StoreError> {
     if writes.row_count() == 0 {
         return Ok(());
     }

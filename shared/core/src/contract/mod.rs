@@ -28,6 +28,7 @@
 //! ds_core::contract_suite!(factory);
 //! ```
 
+mod batched;
 mod concurrency;
 mod contiguous;
 pub mod fixtures;
@@ -43,6 +44,9 @@ use async_trait::async_trait;
 
 use crate::Substrate;
 
+pub use batched::{
+    batched_appends_ordered, batched_producer_retries, batched_refusals_alone, batched_wake_after_commit,
+};
 pub use concurrency::{concurrent_appends_one_stream, concurrent_commits_all_or_nothing};
 pub use contiguous::{read_contiguous_ranges, read_contiguous_repeated_and_deleted, read_contiguous_served};
 pub use forks::fork_peer_reads_named_incarnation;
@@ -121,6 +125,10 @@ macro_rules! contract_suite {
             fork_peer_reads_named_incarnation,
             concurrent_commits_8_writers,
             concurrent_appends_32_writers,
+            batched_appends_ordered,
+            batched_producer_retries,
+            batched_refusals_alone,
+            batched_wake_after_commit,
             hub_wakes_after_commit,
             hub_no_missed_wakeup,
             hub_deadline,

@@ -205,3 +205,65 @@ fn oversized_records_are_refused_whole() {
     let long_key = record("i", &"k".repeat(crate::MAX_RECORD_KEY_BYTES + 1), 1, RecordExpect::Absent);
     assert!(matches!(NetWrites::fold(Commit { ops: vec![long_key] }), Err(StoreError::TooLarge(_))));
 }
+
+/// The net writes of one append on top of `base` (version, tail): meta,
+/// a chunk of `len` bytes and producer seq `seq`.
+fn append_writes(version: u64, tail: u64, len: usize, seq: u64) -> NetWrites {
+    let mut next = meta("a", "i", version + 1);
+    next.tail = tail + len as u64;
+    NetWrites::fold(Commit {
+        ops: vec![put(next, Expect::VersionAt { version, tail }), chunk("i", tail, len), producer("i", seq)],
+    })
+    .expect("folds")
+}
+
+#[test]
+fn merged_appends_are_one_commit_of_all_their_ops() {
+    let mut group = append_writes(3, STORED_TAIL, 5, 0);
+    group.merge(append_writes(4, STORED_TAIL + 5, 2, 1)).expect("stacks on the first");
+    group.merge(append_writes(5, STORED_TAIL + 7, 3, 2)).expect("stacks on the second");
+    assert_eq!(group.metas.len(), 1, "one meta write for the group");
+    assert_eq!(group.metas[0].cond, MetaCond::Version { version: 3, incarnation: "i".into(), tail: Some(STORED_TAIL) });
+    assert!(matches!(&group.metas[0].effect, MetaEffect::Put(m) if m.version == 6 && m.tail == STORED_TAIL + 10));
+    assert_eq!(group.chunks.len(), 3);
+    assert_eq!(group.producers.len(), 1, "the producer's last state only");
+    assert_eq!(group.producers[0].state.last_seq, 2);
+    assert!(group.check(&stored("a", 3, "i")).is_ok());
+    assert!(group.check(&stored("a", 4, "i")).is_err());
+}
+
+#[test]
+fn a_merge_that_does_not_stack_changes_nothing() {
+    let mut group = append_writes(3, STORED_TAIL, 5, 0);
+    let before = group.clone();
+    // Planned on the stored state too (beside the first, not on it).
+    assert!(matches!(group.merge(append_writes(3, STORED_TAIL, 2, 1)), Err(Merge::Conflict)));
+    // Planned on the right version but another tail.
+    assert!(matches!(group.merge(append_writes(4, STORED_TAIL + 6, 2, 1)), Err(Merge::Conflict)));
+    assert_eq!(group, before);
+    assert!(group.stacks_on(&append_writes(4, STORED_TAIL + 5, 1, 1)));
+    assert!(!group.stacks_on(&append_writes(3, STORED_TAIL, 1, 1)));
+    // A delete is its own commit.
+    let del = NetWrites::fold(Commit { ops: vec![delete("a", "i", 4)] }).expect("folds");
+    assert!(matches!(group.merge(del), Err(Merge::Apart(_))));
+    assert_eq!(group, before);
+}
+
+#[test]
+fn merged_records_keep_the_first_precondition() {
+    let rec = |revision: u64, expect| Op::PutRecord {
+        path: "a".into(),
+        incarnation: "i".into(),
+        key: "k".into(),
+        record: Record { revision, value: Bytes::from_static(b"v") },
+        expect,
+    };
+    let mut group = NetWrites::fold(Commit { ops: vec![rec(1, RecordExpect::Absent)] }).expect("folds");
+    let again = NetWrites::fold(Commit { ops: vec![rec(1, RecordExpect::Absent)] }).expect("folds");
+    assert!(matches!(group.merge(again), Err(Merge::Conflict)), "a second writer of one key");
+    let next = NetWrites::fold(Commit { ops: vec![rec(2, RecordExpect::Revision(1))] }).expect("folds");
+    group.merge(next).expect("the next revision stacks");
+    assert_eq!(group.records.len(), 1);
+    assert_eq!(group.records[0].expect, Some(RecordExpect::Absent));
+    assert_eq!(group.records[0].record.revision, 2);
+}

@@ -272,17 +272,17 @@ impl StreamService {
             };
             let predicted = if applied.is_none() || self.speculation.in_flight(path) { predicted } else { None };
             // A prediction is of `stream` itself (an append's next meta).
-            let predicting = predicted.is_some();
-            if let Some(p) = predicted {
+            let in_flight = predicted.map(|p| {
                 self.speculation.submitted((p.meta)(&value).clone(), p.producer);
-            }
+                speculation::InFlight::new(&self.speculation, path)
+            });
             drop(guard);
             let result = match applied {
                 Some(result) => result,
                 None => pending.await,
             };
-            if predicting {
-                self.speculation.finished(path, result.is_ok());
+            if let Some(in_flight) = in_flight {
+                in_flight.finished(result.is_ok());
             }
             if let Err(e) = result {
                 self.retry_or_fail(path, attempt, e).await?;
@@ -317,7 +317,8 @@ impl StreamService {
         match e {
             StoreError::Conflict if attempt < self.cfg.max_commit_attempts => {
                 tracing::debug!(path, attempt, "commit precondition failed; retrying");
-                let cap = 2u64.saturating_pow(attempt.min(7)).min(100);
+                let cap =
+                    if self.sub.store.paces_conflicts() { 1 } else { 2u64.saturating_pow(attempt.min(7)).min(100) };
                 let backoff = self.sub.random.in_range(0..=cap);
                 tokio::time::sleep(Duration::from_millis(backoff)).await;
                 Ok(())

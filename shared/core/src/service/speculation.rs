@@ -120,6 +120,34 @@ impl Speculation {
     }
 }
 
+/// A submitted commit's share of its stream's prediction, given back with
+/// [`Self::finished`] once the commit resolves — or, if the mutation is
+/// dropped before (its caller went away while the commit was queued), as
+/// failed on drop: otherwise the entry would never drain, and a prediction
+/// that outlives a failure stays poisoned for good.
+pub(crate) struct InFlight<'a> {
+    speculation: &'a Speculation,
+    path: &'a str,
+    ok: bool,
+}
+
+impl<'a> InFlight<'a> {
+    pub fn new(speculation: &'a Speculation, path: &'a str) -> Self {
+        Self { speculation, path, ok: false }
+    }
+
+    /// The commit resolved (`ok`: durable).
+    pub fn finished(mut self, ok: bool) {
+        self.ok = ok;
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.speculation.finished(self.path, self.ok);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -150,6 +178,18 @@ mod tests {
         assert!(spec.meta("s").is_none());
         spec.finished("s", true);
         assert!(!spec.in_flight("s"), "drained");
+    }
+
+    #[test]
+    fn a_submission_dropped_before_it_resolves_counts_as_failed() {
+        let spec = Speculation::default();
+        spec.submitted(meta(124, 100), None);
+        let dropped = InFlight::new(&spec, "s");
+        spec.submitted(meta(125, 200), None);
+        InFlight::new(&spec, "s").finished(true);
+        assert!(spec.in_flight("s"));
+        drop(dropped);
+        assert!(!spec.in_flight("s"), "drained: the next plan reads the store");
     }
 
     /// The interleaving the kill -9 campaign found: X (v123 -> v124, tail
