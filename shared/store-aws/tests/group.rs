@@ -13,6 +13,7 @@ use bytes::Bytes;
 use ds_core::contract::fixtures::{append_request as append_req, create_request as create_req, read_request};
 use ds_core::{AppendOutcome, AppendRequest, ServiceConfig, ServiceError, StoreError, StreamService};
 use ds_protocol::headers::ProducerHeaders;
+use ds_store_aws::config::RetryConfig;
 use ds_store_aws::test_util::{count, AwsFactory, CallCounter};
 use ds_store_aws::{Fault, FaultPoint};
 use tokio::sync::Barrier;
@@ -67,7 +68,13 @@ async fn assert_each_once(svc: &StreamService, path: &str, writers: std::ops::Ra
 async fn appends_in_flight_together_go_in_one_transaction() {
     let Some(f) = AwsFactory::new("appends_in_flight_together_go_in_one_transaction").await else { return };
     let counter = CallCounter::new().expect("an emulator");
-    let (aws, svc) = f.service_with(ServiceConfig { max_commit_attempts: 64, ..ServiceConfig::default() });
+    // A count of attempts, not the default's time budget, ends a commit's
+    // retries here: part 2 injects one fault per attempt and expects every
+    // one of them used.
+    let retry = RetryConfig { attempts: 6, budget: std::time::Duration::from_secs(60), ..RetryConfig::default() };
+    let aws = f.aws_with(ds_store_aws::AwsConfig { retry, ..f.cfg.clone() });
+    let svc =
+        StreamService::new(aws.substrate(), ServiceConfig { max_commit_attempts: 64, ..ServiceConfig::default() });
 
     // 1. 64 writers at once: far fewer transactions than appends. (Without
     // producers: a new producer's state is read under the stream's lock.)
