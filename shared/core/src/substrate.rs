@@ -296,22 +296,8 @@ pub trait HubSubscription: Send {
     /// Wait until the stream may differ from `seen` (tail beyond it, closed,
     /// deleted, another incarnation) or until `deadline`. Returns `true` when
     /// woken, `false` at the deadline. Spurious `true` is allowed: the caller
-    /// always re-reads the stream's state (the store, or
-    /// [`Self::settled_meta`]).
+    /// always re-reads the store.
     async fn changed(&mut self, seen: &TailSignal, deadline: Instant) -> bool;
-
-    /// The stream's meta as this subscription's hub keeps it current on its
-    /// own, for a live reader that would otherwise read the store only to
-    /// learn where the tail is. `Some` only while the hub vouches that a
-    /// change the returned meta does not show will still wake this
-    /// subscription (a poller that confirmed the meta recently and keeps
-    /// polling while the subscription lives): starting from it can delay a
-    /// live read's data by up to the hub's poll interval, never lose it. The
-    /// core uses it only where such a delay cannot change an answer
-    /// (`StreamService::live_read_meta`). `None` (the default): read the store.
-    fn settled_meta(&self) -> Option<StreamMeta> {
-        None
-    }
 }
 
 /// Fires a callback at a future time so expired streams get cleaned up.

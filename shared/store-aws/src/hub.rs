@@ -11,21 +11,6 @@
 //! commits are published; remote ones are read by a poll that starts after
 //! the subscription exists. The poller runs while the stream has subscribers
 //! and stops within one interval after the last one is dropped.
-//!
-//! What an idle reader costs: the poller's reads, shared by every reader of
-//! the stream in the process — `60 s / poll.max` consistent `GetItem`s per
-//! minute (120 at the default 500 ms, 1 RCU each) for 1 reader or 1,000.
-//! A reader's own requests stay off DynamoDB while it waits at the tail:
-//! [`HubSubscription::settled_meta`] hands the core the meta the poller
-//! last confirmed (every poll refreshes the context cache), so a re-issued
-//! long-poll, an SSE connection's next step, or the re-read after a wake
-//! starts from it instead of its own `GetItem` (see
-//! `ds_core::StreamService::live_read_meta` for when the core may). The
-//! trade-off is `poll.max`: a commit made in another process is seen by
-//! this process's readers within one interval (wake latency p50 ≈ half of
-//! it, p99 ≈ all of it, plus a round trip), and halving it doubles the
-//! reads. A commit in this process wakes its readers at once, whatever the
-//! interval.
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
@@ -63,8 +48,7 @@ impl StreamHub for PollHub {
                 tokio::spawn(poll_loop(Arc::clone(&self.b), Arc::downgrade(&ctx)));
             }
         }
-        let settled_for = self.b.cfg.poll.max.saturating_mul(2);
-        Box::new(PollSubscription { ctx, rx, last_woken: None, settled_for })
+        Box::new(PollSubscription { ctx, rx, last_woken: None })
     }
 }
 
@@ -74,11 +58,6 @@ struct PollSubscription {
     /// The signal we last woke for when it named another incarnation, so a
     /// stale value cannot wake the same waiter over and over.
     last_woken: Option<TailSignal>,
-    /// How recently DynamoDB must have confirmed the cached meta for
-    /// [`HubSubscription::settled_meta`] to hand it out: twice the longest
-    /// poll interval, so a poll's own round trip on a busy process does not
-    /// send idle readers back to reading.
-    settled_for: Duration,
 }
 
 impl Drop for PollSubscription {
@@ -114,16 +93,6 @@ impl HubSubscription for PollSubscription {
                 () = tokio::time::sleep_until(deadline) => return false,
             }
         }
-    }
-
-    /// The context's cached meta while the poller keeps it confirmed. This
-    /// subscription keeps the poller running (it was started, or found
-    /// running, by `subscribe`), and every poll, commit and read of this
-    /// process refreshes the cache before its signal is sent, so a commit the
-    /// returned meta misses wakes this subscription within one poll.
-    fn settled_meta(&self) -> Option<ds_core::StreamMeta> {
-        let cached = self.ctx.cached()?;
-        (cached.confirmed_at.elapsed() <= self.settled_for).then_some(cached.meta)
     }
 }
 

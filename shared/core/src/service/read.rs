@@ -54,14 +54,6 @@ pub(crate) enum Cut {
     Never,
 }
 
-/// The position an explicit `offset` names (`None` for `-1` and `now`).
-pub(crate) fn explicit(offset: Option<ReadOffset>) -> Option<u64> {
-    match offset {
-        Some(ReadOffset::At(o)) => Some(o.position()),
-        _ => None,
-    }
-}
-
 impl StreamService {
     /// Catch-up or long-poll read (SSE goes through [`StreamService::sse`]).
     pub async fn read(&self, req: ReadRequest) -> ServiceResult<ReadOutcome> {
@@ -73,10 +65,7 @@ impl StreamService {
         let mut sub = (req.live == LiveMode::LongPoll).then(|| self.sub.hub.subscribe(&stream));
         // The store calls are boxed: inline, their state would stay allocated
         // through a long-poll's whole wait (memory per idle reader).
-        let meta = match &sub {
-            Some(sub) => Box::pin(self.live_read_meta(&stream, sub.settled_meta(), explicit(req.offset))).await?,
-            None => Box::pin(self.read_live_meta(&stream)).await?,
-        };
+        let meta = Box::pin(self.read_live_meta(&stream)).await?;
         Box::pin(self.touch(&stream, &meta)).await;
         let at_now = req.offset == Some(ReadOffset::Now);
         let start = self.start_position(&meta, req.offset)?;
@@ -103,37 +92,8 @@ impl StreamService {
                 out.no_content = true;
                 return Ok(out);
             }
-            meta = Box::pin(self.live_read_meta(&stream, sub.settled_meta(), Some(start))).await?;
+            meta = Box::pin(self.read_live_meta(&stream)).await?;
         }
-    }
-
-    /// The meta a live read at position `at` starts (or resumes) from: the
-    /// hub's [`settled_meta`](crate::HubSubscription::settled_meta) (taken
-    /// from the reader's subscription, as `settled`) when it
-    /// cannot misanswer the read, else a consistent read. The hub's meta may
-    /// miss a commit of the last poll interval made by another process; the
-    /// subscription (taken before this call) is woken for that commit, so
-    /// starting from the older meta only delays the data. It is used only
-    /// when that is all it can do: an explicit position at or before its
-    /// tail (a stale tail never rejects an offset as beyond it; `offset=now`
-    /// is read), of a stream that is live and not closed (answers that end
-    /// the read, 404/410/EOF, are read consistently). This is what keeps an
-    /// idle reader's re-issued long-poll off the store: 1,000 readers parked
-    /// at the tail cost the hub's polls, as 1 does.
-    pub(crate) async fn live_read_meta(
-        &self,
-        stream: &StreamHandle,
-        settled: Option<StreamMeta>,
-        at: Option<u64>,
-    ) -> ServiceResult<StreamMeta> {
-        if let (Some(at), Some(meta)) = (at, settled) {
-            let usable =
-                at <= meta.tail && !meta.closed && !meta.soft_deleted && !meta.is_expired_by(|| self.clock.now_ms());
-            if usable {
-                return Ok(meta);
-            }
-        }
-        self.read_live_meta(stream).await
     }
 
     /// Resolve the `offset` parameter against the stream.

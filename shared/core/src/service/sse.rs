@@ -49,7 +49,7 @@ impl StreamService {
         }
         let stream = self.sub.registry.enter(&req.path);
         let sub = self.sub.hub.subscribe(&stream);
-        let meta = self.live_read_meta(&stream, sub.settled_meta(), super::read::explicit(req.offset)).await?;
+        let meta = self.read_live_meta(&stream).await?;
         self.touch(&stream, &meta).await;
         let pos = self.start_position(&meta, req.offset)?;
         let state = SseState {
@@ -83,7 +83,7 @@ impl StreamService {
 impl SseState {
     /// Queue the next events, or wait for the stream to move, or finish.
     async fn step(&mut self) {
-        let meta = match self.svc.live_read_meta(&self.stream, self.sub.settled_meta(), Some(self.pos)).await {
+        let meta = match self.svc.read_live_meta(&self.stream).await {
             Ok(meta) => meta,
             Err(_) => {
                 self.done = true; // deleted or expired: end the connection
