@@ -73,6 +73,14 @@ for store in memory local aws; do
   kill "${PIDS[-1]}" 2>/dev/null || true
 done
 
+step "the CLI with the official TypeScript client and the Node reference server, both ways (tests/cli-interop)"
+start_server local --data-dir "$RUN/data-cli-interop"
+out="$(DS_CLI="$ROOT/target/debug/durable-streams" bash tests/cli-interop/run.sh "$URL")" || {
+  echo "$out"; echo "CLI interoperability FAILED" >&2; exit 1; }
+echo "$out"
+RESULT[cli]="$(echo "$out" | tail -n 1)"
+kill "${PIDS[-1]}" 2>/dev/null || true
+
 step "Lambda functions through the runtime emulator (cargo lambda watch): conformance, alarm, IAM of observed calls"
 out="$(DS_LAMBDA_RUN_DIR="$RUN/lambda" bash infra/conformance-lambda.sh)" || {
   echo "$out"; echo "conformance through the Lambda runtime emulator FAILED (logs: $RUN/lambda)" >&2; exit 1; }
@@ -120,5 +128,6 @@ step "summary"
 for store in memory local aws; do echo "conformance --store $store: ${RESULT[$store]}"; done
 echo "conformance through the Lambda runtime emulator: ${RESULT[lambda]}"
 echo "conformance --store memory, access control + TLS: ${RESULT[secure]}"
+echo "${RESULT[cli]}"
 echo "${RESULT[history]}"
 echo "make test: all passed"

@@ -7,8 +7,18 @@ use std::time::Duration;
 use clap::{Parser, Subcommand, ValueEnum};
 
 #[derive(Parser, Debug)]
-#[command(name = "durable-streams", version, about = "Durable Streams server")]
+#[command(
+    name = "durable-streams",
+    version,
+    about = "Durable Streams: the server, and a client of any Durable Streams server",
+    after_help = "Client commands take STREAM_URL (default http://localhost:4437/v1/stream) and STREAM_AUTH \
+                  as the upstream CLI does. Exit codes: 0 done, 1 refused, 2 bad usage or input, \
+                  3 server unreachable, 4 no such stream, 5 conflict, 6 not authorized (docs/cli.md)."
+)]
 pub struct Cli {
+    /// Client options given before the command name (`durable-streams --auth "Bearer t" read s`).
+    #[command(flatten)]
+    pub conn: crate::client_cmd::ConnArgs,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -24,6 +34,22 @@ pub enum Command {
     Processors(crate::processors_cmd::ProcessorsArgs),
     /// An AWS deployment's failures: list dead letters (with the reason), redrive them.
     Aws(Box<crate::aws_cmd::AwsArgs>),
+    /// Create a stream (client).
+    Create(crate::client_cmd::CreateArgs),
+    /// Write to a stream from an argument, a file or stdin (client).
+    Write(Box<crate::client_write::WriteArgs>),
+    /// Read a stream to its tail, then follow it live (client).
+    Read(crate::client_read::ReadArgs),
+    /// A stream's metadata: content type, tail offset, closed, expiry (client).
+    Head(crate::client_cmd::PathArgs),
+    /// Fork a stream at an offset (client).
+    Fork(crate::client_cmd::ForkArgs),
+    /// List streams from the server's __registry__ stream (client).
+    Ls(crate::client_cmd::LsArgs),
+    /// Close a stream: no more appends (client).
+    Close(crate::client_cmd::PathArgs),
+    /// Delete a stream (client).
+    Delete(crate::client_cmd::PathArgs),
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]

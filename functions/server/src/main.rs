@@ -3,6 +3,9 @@
 mod aws;
 mod aws_cmd;
 mod cli;
+mod client_cmd;
+mod client_read;
+mod client_write;
 mod processors;
 mod processors_cmd;
 mod security;
@@ -18,7 +21,21 @@ use ds_core::{ServiceConfig, StreamService};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    match Cli::parse().command {
+    let cli = Cli::parse();
+    let client = |cmd| client_cmd::run(cmd, &cli.conn);
+    use client_cmd::ClientCommand as C;
+    match cli.command {
+        Command::Create(a) => client(C::Create(a)).await,
+        Command::Write(a) => client(C::Write(*a)).await,
+        Command::Read(a) => client(C::Read(a)).await,
+        Command::Head(a) => client(C::Head(a)).await,
+        Command::Fork(a) => client(C::Fork(a)).await,
+        Command::Ls(a) => client(C::Ls(a)).await,
+        Command::Close(a) => client(C::Close(a)).await,
+        Command::Delete(a) => client(C::Delete(a)).await,
+        _ if cli.conn != client_cmd::ConnArgs::default() => {
+            anyhow::bail!("--url, --auth, --token and --ca-file before the command name are for the client commands")
+        }
         Command::Serve(args) => {
             init_logs(args.log_format);
             serve(*args).await

@@ -175,32 +175,19 @@ fn encode_path(s: &str) -> String {
     s.split('/').map(encode).collect::<Vec<_>>().join("/")
 }
 
-type Connector = hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>;
-
 struct Client {
-    http: hyper_util::client::legacy::Client<Connector, Full<Bytes>>,
+    http: hyper_util::client::legacy::Client<ds_client::Connector, Full<Bytes>>,
     base: String,
     headers: Vec<(http::HeaderName, http::HeaderValue)>,
 }
 
 impl Client {
     fn new(args: &ProcessorsArgs) -> anyhow::Result<Self> {
-        use rustls::pki_types::pem::PemObject;
-        let mut roots = rustls::RootCertStore::empty();
-        roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
-        if let Some(ca) = &args.ca_file {
-            let pem = std::fs::read(ca).with_context(|| format!("reading --ca-file {}", ca.display()))?;
-            for cert in rustls::pki_types::CertificateDer::pem_slice_iter(&pem) {
-                roots.add(cert.context("reading --ca-file")?)?;
-            }
-        }
-        let provider = std::sync::Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-        let tls = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()?
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-        let connector =
-            hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(tls).https_or_http().enable_http1().build();
+        let ca = match &args.ca_file {
+            Some(ca) => Some(std::fs::read(ca).with_context(|| format!("reading --ca-file {}", ca.display()))?),
+            None => None,
+        };
+        let connector = ds_client::connector(ca.as_deref()).context("--ca-file")?;
         let http = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new()).build(connector);
         let mut headers = Vec::new();
         if let Some(token) = &args.token {

@@ -117,6 +117,9 @@ pub struct ServerOpts {
     pub ca_pem: Option<String>,
     /// Environment variables set for the process.
     pub env: Vec<(String, String)>,
+    /// Listen on this port (to restart a server at the address its clients
+    /// know); else on a free one.
+    pub port: Option<u16>,
 }
 
 impl Default for ServerOpts {
@@ -129,6 +132,7 @@ impl Default for ServerOpts {
             extra_args: Vec::new(),
             ca_pem: None,
             env: Vec::new(),
+            port: None,
         }
     }
 }
@@ -167,7 +171,10 @@ impl Server {
         let mut own_data = own_data;
         let mut last_err = None;
         for _ in 0..5 {
-            let port = free_port()?;
+            let port = match opts.port {
+                Some(port) => port,
+                None => free_port()?,
+            };
             let log_dir = tempfile::tempdir().context("temp log dir")?;
             let log_path = log_dir.path().join("server.log");
             let log = File::create(&log_path).context("creating the server log")?;

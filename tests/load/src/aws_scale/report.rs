@@ -91,7 +91,7 @@ fn model_section(md: &mut String, model: &Value, r: &Results) {
         let wcu = f.wcu_per_append();
         let _ = writeln!(
             md,
-            "\n**Physical ceiling of one stream today**: every append is its own transaction on the stream's partition key, so one stream is bounded by the per-partition write limit ÷ WCU per commit = {} ÷ {} = **{:.0} appends/s** (WCU per commit measured at 1 × 1 × 1).",
+            "\n**Physical ceiling of one stream, one append per commit**: each commit is one transaction on the stream's partition key; a lone writer (1 × 1 × 1) commits every append alone, so its stream is bounded by the per-partition write limit ÷ WCU per commit = {} ÷ {} = **{:.0} appends/s** (WCU per commit measured at 1 × 1 × 1). Appends in flight together on one stream share a commit (group commit, shared/store-aws `group.rs`), so with many writers the bound is this figure times the appends per commit, less the extra units their bytes cost.",
             lim("partition_wcu"),
             num(wcu),
             lim("partition_wcu") / wcu

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# The CLI (`durable-streams create|write|read|head|fork|close|delete|ls`)
+# interoperating with the official TypeScript packages, both ways:
+#   - against OUR server (first argument, e.g. http://127.0.0.1:PORT): the
+#     official client (@durable-streams/client) reads what the CLI wrote and
+#     the CLI reads what the client wrote (JSON, text, bytes; live follow);
+#   - against the Node reference server (@durable-streams/server, with its
+#     __registry__ hooks on), started here on 127.0.0.1: every CLI command,
+#     `ls` checked against @durable-streams/state's materialization.
+#
+#   tests/cli-interop/run.sh <our-base-url>
+#
+# Installs the pinned packages from npm into
+# ${DS_CLI_INTEROP_HOME:-~/.cache/ds-cli-interop} once. Needs DS_CLI (the
+# durable-streams binary; default target/debug/durable-streams).
+# Last line: "cli-interop: N checks passed"; exit 1 on the first failure.
+set -euo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+ROOT="$(cd "$HERE/../.." && pwd)"
+[ $# -eq 1 ] || { echo "usage: run.sh <our-base-url>" >&2; exit 2; }
+CLIENT_VERSION="0.2.6"
+SERVER_VERSION="0.3.7"
+STATE_VERSION="0.3.1"
+CACHE="${DS_CLI_INTEROP_HOME:-${XDG_CACHE_HOME:-$HOME/.cache}/ds-cli-interop}"
+DIR="$CACHE/client-$CLIENT_VERSION-server-$SERVER_VERSION-state-$STATE_VERSION"
+if [ ! -f "$DIR/.installed" ]; then
+  mkdir -p "$CACHE"
+  TMP="$(mktemp -d "$CACHE/.install.XXXXXX")"
+  cat > "$TMP/package.json" <<JSON
+{ "name": "ds-cli-interop", "private": true, "type": "module",
+  "dependencies": { "@durable-streams/client": "$CLIENT_VERSION", "@durable-streams/server": "$SERVER_VERSION",
+    "@durable-streams/state": "$STATE_VERSION" } }
+JSON
+  echo "cli-interop: installing the TypeScript packages from npm into $DIR" >&2
+  (cd "$TMP" && npm install --save-exact --no-audit --no-fund --loglevel=error >&2) || { rm -rf "$TMP"; exit 2; }
+  touch "$TMP/.installed"
+  if [ -f "$DIR/.installed" ]; then rm -rf "$TMP"; else rm -rf "$DIR"; mv "$TMP" "$DIR"; fi
+fi
+# The script must sit beside node_modules for its bare imports to resolve.
+cp "$HERE/interop.mjs" "$DIR/interop.mjs"
+DS_CLI="${DS_CLI:-$ROOT/target/debug/durable-streams}" OUR_URL="${1%/}" node "$DIR/interop.mjs"
