@@ -15,19 +15,24 @@ use http::StatusCode;
 
 /// Where the server is and who we are: the upstream CLI's `STREAM_URL` and
 /// `STREAM_AUTH`, `--url` and `--auth`; `--token` for a bearer token.
+///
+/// The ids differ from the flags' names: `processors` has global `--url`,
+/// `--token` and `--ca-file` of its own, and clap hands a global
+/// argument's value to every command holding an argument of the same id,
+/// the top level's included.
 #[derive(clap::Args, Debug, Clone, Default, PartialEq, Eq)]
 pub struct ConnArgs {
     /// Streams base URL [env: STREAM_URL] [default: http://localhost:4437/v1/stream].
-    #[arg(long)]
+    #[arg(long = "url", id = "stream_url", value_name = "URL")]
     pub url: Option<String>,
     /// Authorization header value, sent as is, e.g. "Bearer abc" [env: STREAM_AUTH].
-    #[arg(long, conflicts_with = "token")]
+    #[arg(long = "auth", id = "stream_auth", value_name = "VALUE", conflicts_with = "stream_token")]
     pub auth: Option<String>,
     /// A bearer token (sent as "Authorization: Bearer TOKEN").
-    #[arg(long)]
+    #[arg(long = "token", id = "stream_token", value_name = "TOKEN")]
     pub token: Option<String>,
     /// A CA certificate (PEM) to trust for https besides the system's.
-    #[arg(long)]
+    #[arg(long = "ca-file", id = "stream_ca_file", value_name = "PEM")]
     pub ca_file: Option<PathBuf>,
 }
 
