@@ -23,19 +23,10 @@ SERVER_VERSION="0.3.7"
 STATE_VERSION="0.3.1"
 CACHE="${DS_CLI_INTEROP_HOME:-${XDG_CACHE_HOME:-$HOME/.cache}/ds-cli-interop}"
 DIR="$CACHE/client-$CLIENT_VERSION-server-$SERVER_VERSION-state-$STATE_VERSION"
-if [ ! -f "$DIR/.installed" ]; then
-  mkdir -p "$CACHE"
-  TMP="$(mktemp -d "$CACHE/.install.XXXXXX")"
-  cat > "$TMP/package.json" <<JSON
-{ "name": "ds-cli-interop", "private": true, "type": "module",
-  "dependencies": { "@durable-streams/client": "$CLIENT_VERSION", "@durable-streams/server": "$SERVER_VERSION",
-    "@durable-streams/state": "$STATE_VERSION" } }
-JSON
-  echo "cli-interop: installing the TypeScript packages from npm into $DIR" >&2
-  (cd "$TMP" && npm install --save-exact --no-audit --no-fund --loglevel=error >&2) || { rm -rf "$TMP"; exit 2; }
-  touch "$TMP/.installed"
-  if [ -f "$DIR/.installed" ]; then rm -rf "$TMP"; else rm -rf "$DIR"; mv "$TMP" "$DIR"; fi
-fi
+. "$ROOT/tests/conformance/npm-install.sh"
+npm_install_once "$DIR" "{ \"name\": \"ds-cli-interop\", \"private\": true, \"type\": \"module\",
+  \"dependencies\": { \"@durable-streams/client\": \"$CLIENT_VERSION\", \"@durable-streams/server\": \"$SERVER_VERSION\",
+    \"@durable-streams/state\": \"$STATE_VERSION\" } }" cli-interop || exit 2
 # The script must sit beside node_modules for its bare imports to resolve.
 cp "$HERE/interop.mjs" "$DIR/interop.mjs"
 DS_CLI="${DS_CLI:-$ROOT/target/debug/durable-streams}" OUR_URL="${1%/}" node "$DIR/interop.mjs"

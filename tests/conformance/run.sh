@@ -49,19 +49,11 @@ command -v node >/dev/null && command -v npm >/dev/null || die "node and npm are
 
 CACHE="${DS_CONFORMANCE_HOME:-${XDG_CACHE_HOME:-$HOME/.cache}/ds-conformance}"
 DIR="$CACHE/suite-$SUITE_VERSION-vitest-$VITEST_VERSION"
-if [ ! -f "$DIR/.installed" ]; then
-  mkdir -p "$CACHE"
-  TMP="$(mktemp -d "$CACHE/.install.XXXXXX")"
-  cat > "$TMP/package.json" <<JSON
-{ "name": "ds-conformance-runner", "private": true, "type": "module",
-  "dependencies": { "@durable-streams/server-conformance-tests": "$SUITE_VERSION",
-    "@durable-streams/client": "$CLIENT_VERSION", "vitest": "$VITEST_VERSION", "fast-check": "$FASTCHECK_VERSION" } }
-JSON
-  echo "conformance: installing the suite $SUITE_VERSION from npm into $DIR" >&2
-  (cd "$TMP" && npm install --save-exact --no-audit --no-fund --loglevel=error >&2) || { rm -rf "$TMP"; die "npm install failed"; }
-  touch "$TMP/.installed"
-  if [ -f "$DIR/.installed" ]; then rm -rf "$TMP"; else rm -rf "$DIR"; mv "$TMP" "$DIR"; fi
-fi
+. "$(dirname "${BASH_SOURCE[0]}")/npm-install.sh"
+npm_install_once "$DIR" "{ \"name\": \"ds-conformance-runner\", \"private\": true, \"type\": \"module\",
+  \"dependencies\": { \"@durable-streams/server-conformance-tests\": \"$SUITE_VERSION\",
+    \"@durable-streams/client\": \"$CLIENT_VERSION\", \"vitest\": \"$VITEST_VERSION\", \"fast-check\": \"$FASTCHECK_VERSION\" } }" \
+  conformance || die "npm install failed"
 
 HEADERS_JSON="$(node -e 'const h = {}; for (const l of process.argv.slice(1)) { const i = l.indexOf(":"); h[l.slice(0, i).trim()] = l.slice(i + 1).trim() } console.log(JSON.stringify(h))' ${HEADERS[@]+"${HEADERS[@]}"})"
 [ -n "$CA_FILE" ] && export NODE_EXTRA_CA_CERTS="$CA_FILE"
