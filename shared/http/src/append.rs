@@ -32,6 +32,8 @@ pub(crate) struct AppendHeaders<'a> {
     pub producer_id: Option<&'a str>,
     pub producer_epoch: Option<&'a str>,
     pub producer_seq: Option<&'a str>,
+    /// W3C `traceparent`: only looked at when spans are exported.
+    pub traceparent: Option<&'a str>,
 }
 
 impl<'a> AppendHeaders<'a> {
@@ -46,9 +48,12 @@ impl<'a> AppendHeaders<'a> {
         for (name, value) in fields {
             let Some((slot, label)) = found.slot(name) else { continue };
             if slot.is_none() {
-                *slot = Some(
-                    text(value).ok_or_else(|| ApiError::bad_request(format!("header {label} is not valid text")))?,
-                );
+                match text(value) {
+                    Some(value) => *slot = Some(value),
+                    // Tracing never refuses a request: an unreadable one is ignored.
+                    None if label == ds_telemetry::TRACEPARENT => {}
+                    None => return Err(ApiError::bad_request(format!("header {label} is not valid text"))),
+                }
             }
         }
         Ok(found)
@@ -59,6 +64,8 @@ impl<'a> AppendHeaders<'a> {
         // are none of these, and are passed over without a comparison.
         let (slot, label) = match name.len() {
             10 => (&mut self.stream_seq, h::STREAM_SEQ),
+            // `traceparent` has the length of `producer-id`.
+            11 if name[0].eq_ignore_ascii_case(&b't') => (&mut self.traceparent, ds_telemetry::TRACEPARENT),
             11 => (&mut self.producer_id, h::PRODUCER_ID),
             12 if name[0].eq_ignore_ascii_case(&b'c') => (&mut self.content_type, "content-type"),
             12 => (&mut self.producer_seq, h::PRODUCER_SEQ),
@@ -109,6 +116,13 @@ pub(crate) async fn append(
         body: body.await?,
         dedupe_key: None,
         incarnation: None,
+        // The request span's own context, when it continues a sampled
+        // `traceparent` (the edge made it its parent): only then does the
+        // append leave its context for the work it causes.
+        trace_context: hd
+            .traceparent
+            .filter(|_| ds_telemetry::enabled())
+            .and_then(|_| ds_telemetry::current_traceparent()),
     };
     let empty_body = request.body.is_empty();
     let out = app.service.append(request).await?;

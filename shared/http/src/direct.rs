@@ -41,7 +41,7 @@ use crate::append::{append, AppendHeaders, Appended};
 use crate::cors::{Cors, CorsAnswer};
 use crate::error::ApiError;
 use crate::metrics::{Exchange, Metrics, Observation};
-use crate::routes::{Class, RouteId, APPEND_ROUTE};
+use crate::routes::{Class, PathKind, RouteId, APPEND_ROUTE};
 use crate::{dispatch, edge, layers, AppState};
 
 /// What serves appends directly: the router's state and the edge's CORS
@@ -123,7 +123,13 @@ impl Direct {
         #[cfg(test)]
         self.taken.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let start = Instant::now();
-        let span = edge::request_span(&Method::POST, &target, Version::HTTP_11);
+        let span = edge::request_span(&Method::POST, target, Version::HTTP_11, edge::http_route(PathKind::Stream));
+        if ds_telemetry::enabled() {
+            let traceparent = fields.clone().find(|(name, _)| name.eq_ignore_ascii_case(b"traceparent"));
+            if let Some(parent) = traceparent.and_then(|(_, value)| std::str::from_utf8(value).ok()) {
+                ds_telemetry::adopt_remote_parent(&span, parent);
+            }
+        }
         let origin = fields.clone().find(|(name, _)| name.eq_ignore_ascii_case(b"origin")).map(|(_, value)| value);
         let cors = self.cors.answer(&Method::POST, origin);
         async move {
@@ -146,6 +152,7 @@ impl Direct {
             let bytes_in = if read { len as u64 } else { 0 };
             match answered {
                 Ok(appended) => {
+                    edge::record_status(appended.status);
                     if let Some(m) = &self.metrics {
                         m.exchange(&Exchange {
                             route: APPEND_ROUTE,

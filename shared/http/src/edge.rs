@@ -29,7 +29,7 @@ use crate::access::{self, Caller, Gate};
 use crate::cors::{Cors, CorsAnswer};
 use crate::dispatch::{Dispatch, RouteFuture};
 use crate::metrics::Metrics;
-use crate::routes::{classify, Class};
+use crate::routes::{classify, Class, PathKind};
 use crate::{layers, metrics};
 
 /// What the edge does around each request; `None` parts are skipped.
@@ -65,10 +65,15 @@ impl Service<Request> for EdgeService {
 
     fn call(&mut self, req: Request) -> Self::Future {
         let start = Instant::now();
-        let span = request_span(req.method(), req.uri(), req.version());
         // The row decides the route, so every request is classified; its
         // grants are resolved only when access control will check them.
         let class = classify(req.method(), req.uri(), req.headers(), self.edge.access.is_some());
+        let span = request_span(req.method(), req.uri().path(), req.version(), http_route(class.row.path));
+        if ds_telemetry::enabled() {
+            if let Some(parent) = req.headers().get(ds_telemetry::TRACEPARENT).and_then(|v| v.to_str().ok()) {
+                ds_telemetry::adopt_remote_parent(&span, parent);
+            }
+        }
         let cors = self.edge.cors.answer(req.method(), req.headers().get(http::header::ORIGIN).map(|o| o.as_bytes()));
         let observed =
             self.edge.metrics.as_ref().map(|m| metrics::Observation::begin(m.clone(), &class, req.method(), start));
@@ -119,11 +124,79 @@ impl Service<Request> for EdgeService {
 }
 
 /// The span of a request, with the same fields whichever way it came in
-/// (here, or as bytes to [`crate::direct`]).
-pub(crate) fn request_span(method: &Method, uri: &dyn std::fmt::Display, version: Version) -> tracing::Span {
+/// (here, or as bytes to [`crate::direct`]). Its fields are the
+/// OpenTelemetry HTTP server span's (semantic conventions): the name is
+/// `{method} {http.route}`, or the method alone for a path no route
+/// template names. The path goes in `url.path`; the query (offsets,
+/// cursors) and the headers (tokens) go nowhere, and neither does content.
+pub(crate) fn request_span(
+    method: &Method,
+    path: &str,
+    version: Version,
+    route: Option<&'static str>,
+) -> tracing::Span {
     // Debug level, as `tower_http`'s trace layer had it: off by default,
     // and then one check of a cached interest per request.
-    tracing::debug_span!("request", method = %method, uri = %uri, version = ?version)
+    tracing::debug_span!(
+        "request",
+        otel.name = %SpanName(method, route),
+        otel.kind = "server",
+        http.request.method = %method,
+        http.route = route,
+        url.path = path,
+        network.protocol.version = protocol_version(version),
+        http.response.status_code = tracing::field::Empty,
+        otel.status_code = tracing::field::Empty,
+    )
+}
+
+/// `{method} {route}`, or `{method}`: the server span's name.
+struct SpanName<'a>(&'a Method, Option<&'static str>);
+
+impl std::fmt::Display for SpanName<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.1 {
+            Some(route) => write!(f, "{} {route}", self.0),
+            None => write!(f, "{}", self.0),
+        }
+    }
+}
+
+fn protocol_version(version: Version) -> &'static str {
+    match version {
+        Version::HTTP_09 => "0.9",
+        Version::HTTP_10 => "1.0",
+        Version::HTTP_2 => "2",
+        Version::HTTP_3 => "3",
+        _ => "1.1",
+    }
+}
+
+/// The route template of a row's paths (`http.route`), where there is one.
+pub(crate) fn http_route(kind: PathKind) -> Option<&'static str> {
+    Some(match kind {
+        PathKind::Stream => "/v1/stream/{path}",
+        PathKind::Health => "/health",
+        PathKind::Metrics => "/metrics",
+        PathKind::ProcessorsList => "/v1/processors",
+        PathKind::ProcessorShow => "/v1/processors/{slug}/streams/{stream}",
+        PathKind::ProcessorControl => "/v1/processors/{slug}/{control}/{stream}",
+        PathKind::Jwks => "/v1/stream/__ds/jwks.json",
+        PathKind::Subscription(_) => "/v1/stream/__ds/subscriptions/{id}",
+        _ => return None,
+    })
+}
+
+/// The status on the request span, when spans are exported (an error status
+/// for a 5xx, as the conventions ask of a server span).
+pub(crate) fn record_status(status: http::StatusCode) {
+    if ds_telemetry::enabled() {
+        let span = tracing::Span::current();
+        span.record("http.response.status_code", status.as_u16());
+        if status.is_server_error() {
+            span.record("otel.status_code", "ERROR");
+        }
+    }
 }
 
 /// A response leaving the edge, whichever way its request came in: the
@@ -137,6 +210,7 @@ pub(crate) fn leave(
     observed: Option<(metrics::Observation, Arc<AtomicU64>)>,
 ) -> Response {
     layers::decorate(&mut resp, cors);
+    record_status(resp.status());
     if resp.status().is_server_error() {
         tracing::error!(status = resp.status().as_u16(), latency = ?start.elapsed(), "response failed");
     }

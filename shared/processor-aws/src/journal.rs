@@ -94,4 +94,8 @@ impl Journal for DoorbellJournal {
         self.forget_head();
         self.inner.append(incarnation, data, idempotency_key).await
     }
+
+    async fn trace_context(&self, incarnation: &StreamIncarnation, position: u64) -> Option<String> {
+        self.inner.trace_context(incarnation, position).await
+    }
 }

@@ -100,11 +100,22 @@ impl Journal for StreamJournal {
             producer: None,
             dedupe_key: Some(idempotency_key.to_owned()),
             incarnation: Some(incarnation.as_str().to_owned()),
+            trace_context: None,
         };
         match self.service.append(request).await.map_err(|e| journal_error(e, incarnation))? {
             CoreAppend::Appended { meta, .. } => Ok(AppendOutcome { position: meta.tail, deduplicated: false }),
             CoreAppend::AlreadyAppended { end, .. } => Ok(AppendOutcome { position: end, deduplicated: true }),
             other => Err(JournalError::Unavailable(format!("unexpected append outcome {other:?}"))),
+        }
+    }
+
+    async fn trace_context(&self, incarnation: &StreamIncarnation, position: u64) -> Option<String> {
+        match self.service.trace_context_at(&self.path, incarnation.as_str(), position).await {
+            Ok(context) => context,
+            Err(e) => {
+                tracing::debug!(path = %self.path, error = %e, "trace ring not read");
+                None
+            }
         }
     }
 }

@@ -112,6 +112,13 @@ pub trait Journal: Send + Sync {
         data: Bytes,
         idempotency_key: &str,
     ) -> Result<AppendOutcome, JournalError>;
+    /// The trace context (a W3C `traceparent`) the append that wrote the
+    /// entry at `position` left, if any: the step handling that entry
+    /// continues its trace. Asked only while spans are exported; best
+    /// effort, so any failure is `None` (the step then starts a new trace).
+    async fn trace_context(&self, _incarnation: &StreamIncarnation, _position: u64) -> Option<String> {
+        None
+    }
 }
 
 /// Durable home of one processor's progress on one stream: one record per

@@ -93,6 +93,8 @@ impl Processor for Outbox {
             producer: None,
             dedupe_key: Some(call.delivery.idempotency_key(&format!("outbox/{}", self.contract.slug))),
             incarnation: None,
+            // The step's span: the target stream's readers continue its trace.
+            trace_context: ds_telemetry::current_traceparent(),
         };
         let service = self.service.clone();
         effects.block_processor_while(move || {

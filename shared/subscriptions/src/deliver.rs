@@ -6,11 +6,12 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use ds_core::AppendRequest;
+use tracing::Instrument;
 
 use crate::config::Kind;
 use crate::engine::Subscriptions;
 use crate::machine::{self, Delivery};
-use crate::record::SubscriptionRecord;
+use crate::record::{SubscriptionRecord, Tails, Wake};
 use crate::{token, view};
 
 /// Removes a wake id from the in-flight set when its delivery ends.
@@ -66,18 +67,65 @@ impl Subscriptions {
             let tails = self.read_tails(wake.streams.iter().map(|(p, _)| p)).await?;
             let token = token::mint(rec, wake.generation, &wake.wake_id)?;
             let body = view::notification(rec, &tails, &token).unwrap_or_default();
-            serde_json::to_vec(&body).map_err(|e| crate::SubscriptionError::Invalid(e.to_string()))
+            let body = serde_json::to_vec(&body).map_err(|e| crate::SubscriptionError::Invalid(e.to_string()))?;
+            Ok::<_, crate::SubscriptionError>((body, tails))
         };
-        let body = match prepared.await {
-            Ok(body) => body,
+        let (body, tails) = match prepared.await {
+            Ok(prepared) => prepared,
             Err(e) => {
                 tracing::warn!(subscription = %rec.id, error = %e, "could not prepare a webhook notification");
                 return Delivery::Failed;
             }
         };
+        let span = webhook_span(url);
+        if ds_telemetry::enabled() {
+            if let Some(parent) = self.wake_trace(rec, wake, &tails).await {
+                ds_telemetry::continue_from(&span, &parent);
+            }
+        }
+        self.send_webhook(rec, wake, url, body).instrument(span).await
+    }
+
+    /// The trace context of the newest traced append this wake announces
+    /// (the first of its streams that has one), if any.
+    async fn wake_trace(&self, rec: &SubscriptionRecord, wake: &Wake, tails: &Tails) -> Option<String> {
+        for (path, through) in &wake.streams {
+            let Some(Some(tail)) = tails.get(path) else { continue };
+            let after = rec.links.get(path).map_or(0, |link| link.acked_for(&tail.incarnation));
+            match self.inner.service.latest_trace_context(path, &tail.incarnation, after, *through).await {
+                Ok(Some(context)) => return Some(context),
+                Ok(None) => {}
+                Err(e) => tracing::debug!(subscription = %rec.id, error = %e, "trace ring not read"),
+            }
+        }
+        None
+    }
+
+    async fn send_webhook(&self, rec: &SubscriptionRecord, wake: &Wake, url: &str, body: Vec<u8>) -> Delivery {
         let signature = self.inner.keys.signature_header(self.clock().now_ms() / 1000, &body);
-        let headers = [("content-type", "application/json"), ("webhook-signature", signature.as_str())];
-        match self.inner.http.post(url, &headers, Bytes::from(body)).await {
+        // The delivery span's context, when exported: the receiver continues the trace.
+        let traceparent = ds_telemetry::current_traceparent();
+        let mut headers = vec![("content-type", "application/json"), ("webhook-signature", signature.as_str())];
+        if let Some(traceparent) = &traceparent {
+            headers.push((ds_telemetry::TRACEPARENT, traceparent.as_str()));
+        }
+        let outcome = self.inner.http.post(url, &headers, Bytes::from(body)).await;
+        if ds_telemetry::enabled() {
+            let span = tracing::Span::current();
+            match &outcome {
+                Ok((status, _)) => {
+                    span.record("http.response.status_code", status);
+                    if *status >= 400 {
+                        span.record("otel.status_code", "ERROR");
+                    }
+                }
+                Err(_) => {
+                    span.record("error.type", "unreachable");
+                    span.record("otel.status_code", "ERROR");
+                }
+            }
+        }
+        match outcome {
             Ok((status, reply)) if (200..300).contains(&status) => {
                 let done = serde_json::from_slice::<serde_json::Value>(&reply)
                     .ok()
@@ -115,6 +163,7 @@ impl Subscriptions {
             body: Bytes::from(event.to_string()),
             dedupe_key: None,
             incarnation: None,
+            trace_context: None,
         };
         match self.inner.service.append(request).await {
             Ok(_) => Delivery::Accepted,
@@ -124,4 +173,26 @@ impl Subscriptions {
             }
         }
     }
+}
+
+/// The client span of one webhook `POST` (OpenTelemetry HTTP client
+/// conventions). Only the scheme, host and port of the URL: its path and
+/// query are the subscriber's and may hold a secret.
+fn webhook_span(url: &str) -> tracing::Span {
+    let parsed = url::Url::parse(url).ok();
+    let host = parsed.as_ref().and_then(|u| u.host_str().map(str::to_owned)).unwrap_or_default();
+    let port = parsed.as_ref().and_then(url::Url::port_or_known_default);
+    let scheme = parsed.as_ref().map(|u| u.scheme().to_owned()).unwrap_or_default();
+    tracing::debug_span!(
+        "webhook",
+        otel.name = "POST",
+        otel.kind = "client",
+        http.request.method = "POST",
+        server.address = host,
+        server.port = port,
+        url.scheme = scheme,
+        http.response.status_code = tracing::field::Empty,
+        error.type = tracing::field::Empty,
+        otel.status_code = tracing::field::Empty,
+    )
 }

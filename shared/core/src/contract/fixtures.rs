@@ -196,6 +196,7 @@ pub fn append_request(path: &str, body: Bytes) -> crate::AppendRequest<'static> 
         producer: None,
         dedupe_key: None,
         incarnation: None,
+        trace_context: None,
     }
 }
 

@@ -8,6 +8,7 @@ use ds_protocol::headers::{content_types_match, is_json, ProducerHeaders};
 use ds_protocol::json::{self, EmptyArray};
 use ds_protocol::producer::{decide, Decision, State};
 
+use super::trace::Written;
 use super::{Plan, Predicted, Reads, ServiceError, ServiceResult, StreamService};
 use crate::{
     Chunk, Commit, Expect, Op, ProducerState, ProducerTriple, Record, RecordExpect, StreamHandle, StreamMeta,
@@ -36,12 +37,19 @@ pub struct AppendRequest<'a> {
     /// [`ServiceError::IncarnationChanged`] instead of writing into a
     /// re-created stream. In-process only.
     pub incarnation: Option<String>,
+    /// The trace context of the span this append was made in (a W3C
+    /// `traceparent`, opaque here), when that span is exported: recorded in
+    /// the stream's trace ring before readers are woken, so the processor
+    /// step and the webhook delivery this append causes continue its trace
+    /// ([`StreamService::trace_context_at`]). `None` costs nothing.
+    pub trace_context: Option<String>,
 }
 
 #[derive(Debug, Clone)]
 pub enum AppendOutcome {
     /// New data (and/or closure) committed. With a producer: 200, else 204.
-    Appended { meta: StreamMeta, producer: Option<State> },
+    /// `start`: where the appended bytes begin (they end at `meta.tail`).
+    Appended { meta: StreamMeta, producer: Option<State>, start: u64 },
     /// A producer retry of something already applied: 204, nothing written.
     Duplicate { meta: StreamMeta, producer: State },
     /// Close-only on an already-closed stream: 204, nothing written.
@@ -68,7 +76,31 @@ impl StreamService {
             return Err(ServiceError::BadRequest("empty body (only a close may be empty)".into()));
         }
         let stream = self.sub.registry.enter(&req.path);
-        self.mutate(&stream, |reads| self.plan_append(&stream, &req, reads)).await
+        let plan = |reads| self.plan_append(&stream, &req, reads);
+        match req.trace_context.as_deref() {
+            None => self.mutate(&stream, plan).await,
+            // Recorded after the commit and before the publish, so a reader
+            // it wakes finds it (see `trace.rs`).
+            Some(context) => {
+                let stream = &stream;
+                let record = move |outcome: &AppendOutcome| {
+                    let written = match outcome {
+                        AppendOutcome::Appended { meta, start, .. } if *start < meta.tail => {
+                            Some(Written { meta: meta.clone(), start: *start })
+                        }
+                        _ => None,
+                    };
+                    async move {
+                        if let Some(written) = written {
+                            self.record_trace(stream, written, context).await;
+                        }
+                    }
+                };
+                // Boxed: the untraced append's future stays the size it was
+                // (it is moved whole on the hot path).
+                Box::pin(self.mutate_then(stream, plan, record)).await
+            }
+        }
     }
 
     async fn plan_append(
@@ -208,7 +240,7 @@ impl StreamService {
             publish: Some(TailSignal::of(&next)),
             deleted: Vec::new(),
             predicted: Some(Predicted { meta: AppendOutcome::meta, producer }),
-            value: AppendOutcome::Appended { meta: next, producer: accepted },
+            value: AppendOutcome::Appended { meta: next, producer: accepted, start: tail },
         }
     }
 }

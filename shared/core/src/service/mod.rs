@@ -12,6 +12,7 @@ mod journal;
 mod read;
 mod speculation;
 mod sse;
+mod trace;
 
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
@@ -23,6 +24,7 @@ pub use error::{ServiceError, ServiceResult};
 pub use journal::JournalPage;
 pub use read::{LiveMode, ReadOutcome, ReadRequest};
 pub use sse::SseStream;
+pub use trace::{TRACE_RING_KEY, TRACE_RING_LEN};
 
 use ds_clock::{Clock, Random};
 
@@ -202,11 +204,29 @@ impl StreamService {
     /// substrate's cached reads; any outcome that commits nothing (`Done` or
     /// an error) is re-planned with consistent reads before it is answered,
     /// because only a commit's precondition can vouch for a cached read.
-    pub(crate) async fn mutate<T, F, Fut>(&self, stream: &StreamHandle, mut plan: F) -> ServiceResult<T>
+    pub(crate) async fn mutate<T, F, Fut>(&self, stream: &StreamHandle, plan: F) -> ServiceResult<T>
     where
         F: FnMut(Reads) -> Fut,
         Fut: std::future::Future<Output = ServiceResult<Plan<T>>>,
     {
+        self.mutate_then(stream, plan, |_: &T| std::future::ready(())).await
+    }
+
+    /// [`Self::mutate`], running `before_publish` once the commit is durable
+    /// and before waiters are woken (a traced append's trace ring write).
+    pub(crate) async fn mutate_then<T, F, Fut, H, HFut>(
+        &self,
+        stream: &StreamHandle,
+        mut plan: F,
+        before_publish: H,
+    ) -> ServiceResult<T>
+    where
+        F: FnMut(Reads) -> Fut,
+        Fut: std::future::Future<Output = ServiceResult<Plan<T>>>,
+        H: FnOnce(&T) -> HFut,
+        HFut: std::future::Future<Output = ()>,
+    {
+        let mut before_publish = Some(before_publish);
         let path = stream.path();
         let mut attempt = 0u32;
         loop {
@@ -287,6 +307,9 @@ impl StreamService {
             if let Err(e) = result {
                 self.retry_or_fail(path, attempt, e).await?;
                 continue;
+            }
+            if let Some(hook) = before_publish.take() {
+                hook(&value).await;
             }
             if let Some(signal) = publish {
                 self.sub.hub.publish(stream, signal);

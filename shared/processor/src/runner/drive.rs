@@ -187,6 +187,13 @@ impl<P: Processor> Inner<P> {
             eventless = event.is_none(),
             revision = w.revision,
         );
+        // Continue the trace of the append that wrote the event, when it
+        // left one (export on only; otherwise the step is a root span).
+        if event.is_some() && ds_telemetry::enabled() {
+            if let Some(parent) = self.journal.trace_context(&self.incarnation, position).await {
+                ds_telemetry::continue_from(&span, &parent);
+            }
+        }
         async move {
             let next_state = match event {
                 Some(envelope) => self.processor.reduce(w.state.clone(), envelope),
