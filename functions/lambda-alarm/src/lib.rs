@@ -29,9 +29,9 @@ pub async fn service_from_env() -> anyhow::Result<StreamService> {
     Ok(StreamService::new(aws.substrate(), ServiceConfig::default()))
 }
 
-/// JSON logs to stdout (CloudWatch), filter from `RUST_LOG`.
-pub fn init_logs() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).json().without_time().try_init();
+/// JSON logs to stdout (CloudWatch), filter from `RUST_LOG`; span export
+/// when the `OTEL_*` variables ask for it (keep the answer while the
+/// process lives, and `ds_telemetry::flush` after each invocation).
+pub fn init_logs() -> Result<Option<ds_telemetry::Telemetry>, ds_telemetry::TelemetryError> {
+    ds_telemetry::init_lambda("durable-streams-alarm")
 }

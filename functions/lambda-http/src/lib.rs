@@ -82,6 +82,12 @@ pub fn handler(
                 _ => bytes::Bytes::new(),
             };
             let response = router.oneshot(http::Request::from_parts(parts, Body::from(bytes))).await?;
+            // The request's span has ended: export it before the invocation
+            // returns and the environment is frozen (a streamed body's
+            // bytes still flow after; the span does not wait for them).
+            if ds_telemetry::enabled() {
+                let _ = tokio::task::spawn_blocking(ds_telemetry::flush).await;
+            }
             Ok(response.map(Coalesce::new))
         }) as ResponseFuture
     })
@@ -274,11 +280,11 @@ pub async fn router_from_env() -> anyhow::Result<axum::Router> {
     Ok(ds_http::router_with(service, http_config_from_env()?, ops))
 }
 
-/// JSON logs to stdout (CloudWatch), filter from `RUST_LOG`.
-pub fn init_logs() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).json().without_time().try_init();
+/// JSON logs to stdout (CloudWatch), filter from `RUST_LOG`; span export
+/// when the `OTEL_*` variables ask for it (keep the answer while the
+/// process lives; [`handler`] flushes after each invocation).
+pub fn init_logs() -> Result<Option<ds_telemetry::Telemetry>, ds_telemetry::TelemetryError> {
+    ds_telemetry::init_lambda("durable-streams-http")
 }
 
 #[cfg(test)]

@@ -30,13 +30,20 @@ async fn deployment(wiring: Wiring) -> anyhow::Result<Deployment> {
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).json().without_time().try_init();
+    // JSON logs to stdout; span export when the `OTEL_*` variables ask for it.
+    let _telemetry = ds_telemetry::init_lambda("durable-streams-processor")?;
     let function = std::sync::Arc::new(ds_processor_aws::function_from_env(deployment).await?);
     lambda_runtime::run(lambda_runtime::service_fn(move |event: lambda_runtime::LambdaEvent<serde_json::Value>| {
         let function = std::sync::Arc::clone(&function);
-        async move { function.handle(event.payload, event.context.deadline).await.map_err(lambda_runtime::Error::from) }
+        async move {
+            let handled = function.handle(event.payload, event.context.deadline).await;
+            // The steps' and deliveries' spans out before the environment
+            // is frozen (nothing when export is off).
+            if ds_telemetry::enabled() {
+                let _ = tokio::task::spawn_blocking(ds_telemetry::flush).await;
+            }
+            handled.map_err(lambda_runtime::Error::from)
+        }
     }))
     .await
 }

@@ -37,7 +37,7 @@ async fn main() -> anyhow::Result<()> {
             anyhow::bail!("--url, --auth, --token and --ca-file before the command name are for the client commands")
         }
         Command::Serve(args) => {
-            init_logs(args.log_format);
+            let _telemetry = init_logs(args.log_format)?;
             serve(*args).await
         }
         Command::Token(cmd) => token_cmd::run(cmd),
@@ -134,13 +134,34 @@ async fn shutdown_signal() {
     tokio::select! { () = ctrl_c => {}, () = term => {} }
 }
 
-fn init_logs(format: cli::LogFormat) {
+/// Logs to stderr, filter from `RUST_LOG`; and, when the `OTEL_*` variables
+/// ask for it, span export beside them (`ds_telemetry`). Without them the
+/// subscriber is exactly the plain one: no OpenTelemetry layer at all.
+/// The returned exporter is kept until the server exits (its drop exports
+/// the last spans).
+fn init_logs(format: cli::LogFormat) -> anyhow::Result<Option<ds_telemetry::Telemetry>> {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::Layer;
+
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
-    if format == cli::LogFormat::Json {
-        builder.json().init();
+    let Some(telemetry) = ds_telemetry::Telemetry::from_env("durable-streams")? else {
+        let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+        if format == cli::LogFormat::Json {
+            builder.json().init();
+        } else {
+            builder.init();
+        }
+        return Ok(None);
+    };
+    // Each layer filters for itself: the logs keep `RUST_LOG`, the export its own.
+    let logs = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let logs = if format == cli::LogFormat::Json {
+        logs.json().with_filter(filter).boxed()
     } else {
-        builder.init();
-    }
+        logs.with_filter(filter).boxed()
+    };
+    tracing_subscriber::registry().with(logs).with(telemetry.layer()).init();
+    Ok(Some(telemetry))
 }
