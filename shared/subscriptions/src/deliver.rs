@@ -14,6 +14,9 @@ use crate::machine::{self, Delivery};
 use crate::record::{SubscriptionRecord, Tails, Wake};
 use crate::{token, view};
 
+/// Streams of one wake whose trace ring a delivery reads, at most (export on only).
+const TRACE_LOOKUPS: usize = 4;
+
 /// Removes a wake id from the in-flight set when its delivery ends.
 struct Sending<'a>(&'a Subscriptions, String);
 
@@ -87,9 +90,10 @@ impl Subscriptions {
     }
 
     /// The trace context of the newest traced append this wake announces
-    /// (the first of its streams that has one), if any.
+    /// (the first of its streams that has one, looking at no more than
+    /// [`TRACE_LOOKUPS`] of them: one record read each), if any.
     async fn wake_trace(&self, rec: &SubscriptionRecord, wake: &Wake, tails: &Tails) -> Option<String> {
-        for (path, through) in &wake.streams {
+        for (path, through) in wake.streams.iter().take(TRACE_LOOKUPS) {
             let Some(Some(tail)) = tails.get(path) else { continue };
             let after = rec.links.get(path).map_or(0, |link| link.acked_for(&tail.incarnation));
             match self.inner.service.latest_trace_context(path, &tail.incarnation, after, *through).await {
