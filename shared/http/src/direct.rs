@@ -123,7 +123,9 @@ impl Direct {
         #[cfg(test)]
         self.taken.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let start = Instant::now();
-        let span = edge::request_span(&Method::POST, target, Version::HTTP_11, edge::http_route(PathKind::Stream));
+        // A plain path (`Self::path`): no query.
+        let route = edge::http_route(PathKind::Stream);
+        let span = edge::request_span(&Method::POST, target, None, Version::HTTP_11, route);
         if ds_telemetry::enabled() {
             let traceparent = fields.clone().find(|(name, _)| name.eq_ignore_ascii_case(b"traceparent"));
             if let Some(parent) = traceparent.and_then(|(_, value)| std::str::from_utf8(value).ok()) {

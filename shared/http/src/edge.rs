@@ -68,7 +68,8 @@ impl Service<Request> for EdgeService {
         // The row decides the route, so every request is classified; its
         // grants are resolved only when access control will check them.
         let class = classify(req.method(), req.uri(), req.headers(), self.edge.access.is_some());
-        let span = request_span(req.method(), req.uri().path(), req.version(), http_route(class.row.path));
+        let (uri, route) = (req.uri(), http_route(class.row.path));
+        let span = request_span(req.method(), uri.path(), uri.query(), req.version(), route);
         if ds_telemetry::enabled() {
             if let Some(parent) = req.headers().get(ds_telemetry::TRACEPARENT).and_then(|v| v.to_str().ok()) {
                 ds_telemetry::adopt_remote_parent(&span, parent);
@@ -127,11 +128,13 @@ impl Service<Request> for EdgeService {
 /// (here, or as bytes to [`crate::direct`]). Its fields are the
 /// OpenTelemetry HTTP server span's (semantic conventions): the name is
 /// `{method} {http.route}`, or the method alone for a path no route
-/// template names. The path goes in `url.path`; the query (offsets,
-/// cursors) and the headers (tokens) go nowhere, and neither does content.
+/// template names. The target goes in `url.path` and `url.query` (offsets,
+/// cursors, live modes: never a credential, which only a header carries);
+/// headers and content go nowhere.
 pub(crate) fn request_span(
     method: &Method,
     path: &str,
+    query: Option<&str>,
     version: Version,
     route: Option<&'static str>,
 ) -> tracing::Span {
@@ -144,6 +147,7 @@ pub(crate) fn request_span(
         http.request.method = %method,
         http.route = route,
         url.path = path,
+        url.query = query,
         network.protocol.version = protocol_version(version),
         http.response.status_code = tracing::field::Empty,
         otel.status_code = tracing::field::Empty,

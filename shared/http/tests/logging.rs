@@ -55,7 +55,9 @@ async fn every_request_has_a_span_and_server_errors_are_logged_in_it() {
     assert!(failed[0].contains("ERROR"), "{}", failed[0]);
     assert!(failed[0].contains("status=503"), "{}", failed[0]);
     assert!(
-        failed[0].contains("request{method=GET uri=/v1/stream/logged?offset=-1&live=long-poll"),
+        failed[0].contains("request{otel.name=GET /v1/stream/{path}")
+            && failed[0].contains("http.request.method=GET")
+            && failed[0].contains(r#"url.path="/v1/stream/logged" url.query="offset=-1&live=long-poll""#),
         "logged inside the request's span: {}",
         failed[0]
     );
