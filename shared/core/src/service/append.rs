@@ -76,31 +76,37 @@ impl StreamService {
             return Err(ServiceError::BadRequest("empty body (only a close may be empty)".into()));
         }
         let stream = self.sub.registry.enter(&req.path);
-        let plan = |reads| self.plan_append(&stream, &req, reads);
-        match req.trace_context.as_deref() {
-            None => self.mutate(&stream, plan).await,
-            // Recorded after the commit and before the publish, so a reader
-            // it wakes finds it (see `trace.rs`).
-            Some(context) => {
-                let stream = &stream;
-                let record = move |outcome: &AppendOutcome| {
-                    let written = match outcome {
-                        AppendOutcome::Appended { meta, start, .. } if *start < meta.tail => {
-                            Some(Written { meta: meta.clone(), start: *start })
-                        }
-                        _ => None,
-                    };
-                    async move {
-                        if let Some(written) = written {
-                            self.record_trace(stream, written, context).await;
-                        }
-                    }
-                };
-                // Boxed: the untraced append's future stays the size it was
-                // (it is moved whole on the hot path).
-                Box::pin(self.mutate_then(stream, plan, record)).await
-            }
+        if let Some(context) = req.trace_context.as_deref() {
+            // Boxed, and apart: the untraced append's future and code stay
+            // as they were (the future is moved whole on the hot path).
+            return Box::pin(self.append_traced(&stream, &req, context)).await;
         }
+        self.mutate(&stream, |reads| self.plan_append(&stream, &req, reads)).await
+    }
+
+    /// [`Self::append`] of a request with a trace context: recorded in the
+    /// stream's trace ring after the commit and before the publish, so a
+    /// reader it wakes finds it (see `trace.rs`).
+    async fn append_traced(
+        &self,
+        stream: &StreamHandle,
+        req: &AppendRequest<'_>,
+        context: &str,
+    ) -> ServiceResult<AppendOutcome> {
+        let record = move |outcome: &AppendOutcome| {
+            let written = match outcome {
+                AppendOutcome::Appended { meta, start, .. } if *start < meta.tail => {
+                    Some(Written { meta: meta.clone(), start: *start })
+                }
+                _ => None,
+            };
+            async move {
+                if let Some(written) = written {
+                    self.record_trace(stream, written, context).await;
+                }
+            }
+        };
+        self.mutate_then(stream, |reads| self.plan_append(stream, req, reads), record).await
     }
 
     async fn plan_append(

@@ -204,12 +204,21 @@ impl StreamService {
     /// substrate's cached reads; any outcome that commits nothing (`Done` or
     /// an error) is re-planned with consistent reads before it is answered,
     /// because only a commit's precondition can vouch for a cached read.
-    pub(crate) async fn mutate<T, F, Fut>(&self, stream: &StreamHandle, plan: F) -> ServiceResult<T>
+    ///
+    /// Not an `async fn` of its own: that would be one more future around
+    /// [`Self::mutate_then`]'s, copied whole into it (callgrind: 550
+    /// instructions more per append, most of them `memcpy`).
+    pub(crate) fn mutate<'a, T, F, Fut>(
+        &'a self,
+        stream: &'a StreamHandle,
+        plan: F,
+    ) -> impl std::future::Future<Output = ServiceResult<T>> + 'a
     where
-        F: FnMut(Reads) -> Fut,
-        Fut: std::future::Future<Output = ServiceResult<Plan<T>>>,
+        T: 'a,
+        F: FnMut(Reads) -> Fut + 'a,
+        Fut: std::future::Future<Output = ServiceResult<Plan<T>>> + 'a,
     {
-        self.mutate_then(stream, plan, |_: &T| std::future::ready(())).await
+        self.mutate_then(stream, plan, |_: &T| std::future::ready(()))
     }
 
     /// [`Self::mutate`], running `before_publish` once the commit is durable
