@@ -56,7 +56,8 @@ where
     let cfg = ds_store_aws::AwsConfig::from_settings(&env)?;
     let sdk = aws_config::defaults(aws_config::BehaviorVersion::latest()).load().await;
     let aws = AwsSubstrate::new(cfg.clone(), AwsClients::from_sdk_config(&sdk));
-    let service = StreamService::new(aws.substrate(), ServiceConfig::default());
+    let registry = env.switch_or("DS_REGISTRY", ServiceConfig::default().registry)?;
+    let service = StreamService::new(aws.substrate(), ServiceConfig { registry, ..ServiceConfig::default() });
     let sqs = aws_sdk_sqs::Client::new(&sdk);
     let tasks = SqsQueue::new(sqs.clone(), env.required("DS_PROCESSOR_TASK_QUEUE_URL")?);
     let queue: Arc<dyn TaskQueue> = Arc::new(tasks.clone());

@@ -67,6 +67,7 @@ impl StreamService {
         if req.body.is_empty() && !req.close {
             return Err(ServiceError::BadRequest("empty body (only a close may be empty)".into()));
         }
+        self.refuse_registry_write(&req.path)?;
         let stream = self.sub.registry.enter(&req.path);
         self.mutate(&stream, |reads| self.plan_append(&stream, &req, reads)).await
     }

@@ -8,6 +8,7 @@ use ds_protocol::json::{self, EmptyArray};
 use ds_protocol::{path, Offset};
 
 use super::read::Cut;
+use super::registry::{Change, RegistryWrite};
 use super::{Plan, ServiceError, ServiceResult, StreamService};
 use crate::{Chunk, Commit, Expect, ForkOrigin, Op, StreamHandle, StreamMeta};
 
@@ -48,14 +49,25 @@ impl StreamService {
                 return Err(ServiceError::BadRequest("a stream cannot fork itself".into()));
             }
         }
-        let outcome = self.mutate(&stream, |_| self.plan_create(&stream, &req)).await?;
+        self.refuse_registry_write(&req.path)?;
+        if let Some(fork) = &req.fork {
+            if self.keeps_registry() && fork.source == super::REGISTRY_PATH {
+                return Err(ServiceError::Reserved(format!("{} cannot be forked", super::REGISTRY_PATH)));
+            }
+        }
+        let (outcome, registry) = self.mutate(&stream, |_| self.plan_create(&stream, &req)).await?;
+        self.publish_registry(registry);
         if outcome.created {
             self.arm_expiry(&outcome.meta).await;
         }
         Ok(outcome)
     }
 
-    async fn plan_create(&self, stream: &StreamHandle, req: &CreateRequest) -> ServiceResult<Plan<CreateOutcome>> {
+    async fn plan_create(
+        &self,
+        stream: &StreamHandle,
+        req: &CreateRequest,
+    ) -> ServiceResult<Plan<(CreateOutcome, Option<RegistryWrite>)>> {
         let now = self.clock.now_ms();
         if let Some(existing) = self.sub.store.read_meta(stream).await? {
             if existing.soft_deleted {
@@ -64,7 +76,7 @@ impl StreamService {
                 ));
             }
             if !existing.is_expired(now) {
-                return self.confirm_existing(req, existing).await.map(Plan::Done);
+                return self.confirm_existing(req, existing).await.map(|outcome| Plan::Done((outcome, None)));
             }
             // An expired stream still on record: `mutate` removes it, then re-plans.
             return Err(ServiceError::Expired(Box::new(existing)));
@@ -120,11 +132,13 @@ impl StreamService {
                 chunk: Chunk { start: base, data },
             });
         }
+        // Last: the registry's lock is taken only once the create will commit.
+        let registry = self.plan_registry(&mut commit, Change::Created(&meta)).await?;
         Ok(Plan::Commit {
             commit,
             publish: Some(crate::TailSignal::of(&meta)),
             deleted: Vec::new(),
-            value: CreateOutcome { created: true, meta },
+            value: (CreateOutcome { created: true, meta }, registry),
             predicted: None,
         })
     }

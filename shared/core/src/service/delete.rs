@@ -3,6 +3,7 @@
 use futures::future::BoxFuture;
 use futures::FutureExt;
 
+use super::registry::{Change, RegistryWrite};
 use super::{Plan, ServiceResult, StreamService};
 use crate::{Commit, Expect, Op, Record, RecordExpect, StreamMeta};
 
@@ -19,28 +20,36 @@ impl StreamService {
 
     pub async fn delete(&self, path: &str) -> ServiceResult<()> {
         ds_protocol::path::validate(path)?;
+        self.refuse_registry_write(path)?;
         let stream = self.sub.registry.enter(path);
-        self.mutate(&stream, |reads| {
-            let stream = &stream;
-            async move {
-                let meta = self.live_meta(stream, reads).await?;
-                self.plan_delete(meta).await
-            }
-        })
-        .await
+        let registry = self
+            .mutate(&stream, |reads| {
+                let stream = &stream;
+                async move {
+                    let meta = self.live_meta(stream, reads).await?;
+                    self.plan_delete(meta).await
+                }
+            })
+            .await?;
+        self.publish_registry(registry);
+        Ok(())
     }
 
     /// Delete `meta`: soft when forks still reference it, otherwise hard,
     /// releasing its source's reference (and collecting soft-deleted
     /// ancestors whose last reference this was) in the same commit.
-    async fn plan_delete(&self, meta: StreamMeta) -> ServiceResult<Plan<()>> {
+    /// Either way the stream leaves the registry in the same commit (a
+    /// soft-deleted stream no longer exists to clients; the sources a cascade
+    /// collects left it when they were soft-deleted).
+    async fn plan_delete(&self, meta: StreamMeta) -> ServiceResult<Plan<Option<RegistryWrite>>> {
         let mut commit = Commit::new();
         if meta.ref_count > 0 {
             let mut soft = meta.clone();
             soft.soft_deleted = true;
             soft.version += 1;
             commit.push(Op::PutMeta { meta: soft.clone(), expect: Expect::Version(meta.version) });
-            return Ok(Plan::Commit { commit, publish: None, deleted: vec![soft], value: (), predicted: None });
+            let registry = self.plan_registry(&mut commit, Change::Deleted(&meta.path)).await?;
+            return Ok(Plan::Commit { commit, publish: None, deleted: vec![soft], value: registry, predicted: None });
         }
         let mut deleted = vec![meta.clone()];
         commit.push(Op::DeleteStream {
@@ -48,8 +57,10 @@ impl StreamService {
             incarnation: meta.incarnation.clone(),
             expect_version: meta.version,
         });
+        let path = meta.path.clone();
         self.release_sources(&mut commit, &mut deleted, meta, None).await?;
-        Ok(Plan::Commit { commit, publish: None, deleted, value: (), predicted: None })
+        let registry = self.plan_registry(&mut commit, Change::Deleted(&path)).await?;
+        Ok(Plan::Commit { commit, publish: None, deleted, value: registry, predicted: None })
     }
 
     /// Adds to `commit` the release of the reference `child` (gone, or going
@@ -135,6 +146,41 @@ impl StreamService {
         .await
     }
 
+    /// A stream whose meta record vanished without a delete (AWS: the
+    /// table's TTL backstop removed it) leaves the registry, exactly once
+    /// however often this runs for `removed` (a marker record on the
+    /// registry says it happened), and not at all when the path holds a
+    /// stream again (its create's entry stands). Returns whether this call
+    /// removed the entry.
+    pub async fn forget_removed(&self, removed: &StreamMeta) -> ServiceResult<bool> {
+        let stream = self.sub.registry.enter(&removed.path);
+        let registry = self
+            .mutate(&stream, |_| {
+                let stream = &stream;
+                async move {
+                    if self.sub.store.read_meta(stream).await?.is_some() {
+                        return Ok(Plan::Done(None));
+                    }
+                    let mut commit = Commit::new();
+                    let change = Change::Removed { path: &removed.path, incarnation: &removed.incarnation };
+                    match self.plan_registry(&mut commit, change).await? {
+                        None => Ok(Plan::Done(None)),
+                        Some(write) => Ok(Plan::Commit {
+                            commit,
+                            publish: None,
+                            deleted: Vec::new(),
+                            value: Some(write),
+                            predicted: None,
+                        }),
+                    }
+                }
+            })
+            .await?;
+        let removed = registry.is_some();
+        self.publish_registry(registry);
+        Ok(removed)
+    }
+
     /// Remove an expired stream (best effort: a failure leaves it for the
     /// next access or alarm, and it already reads as gone).
     /// Boxed: `mutate` calls back into it when a plan meets an expired stream.
@@ -151,15 +197,18 @@ impl StreamService {
     async fn remove_expired(&self, meta: &StreamMeta) -> ServiceResult<()> {
         let stream = self.sub.registry.enter(&meta.path);
         let incarnation = meta.incarnation.clone();
-        self.mutate(&stream, |_| async {
-            match self.sub.store.read_meta(&stream).await? {
-                Some(m) if m.incarnation == incarnation && !m.soft_deleted && m.is_expired(self.clock.now_ms()) => {
-                    self.plan_delete(m).await
+        let registry = self
+            .mutate(&stream, |_| async {
+                match self.sub.store.read_meta(&stream).await? {
+                    Some(m) if m.incarnation == incarnation && !m.soft_deleted && m.is_expired(self.clock.now_ms()) => {
+                        self.plan_delete(m).await
+                    }
+                    _ => Ok(Plan::Done(None)),
                 }
-                _ => Ok(Plan::Done(())),
-            }
-        })
-        .await
+            })
+            .await?;
+        self.publish_registry(registry);
+        Ok(())
     }
 
     /// An expiry alarm fired for `(path, incarnation)`: delete the stream if

@@ -10,6 +10,7 @@ mod delete;
 mod error;
 mod journal;
 mod read;
+mod registry;
 mod speculation;
 mod sse;
 
@@ -22,6 +23,7 @@ pub use create::{CreateOutcome, CreateRequest, ForkRequest};
 pub use error::{ServiceError, ServiceResult};
 pub use journal::JournalPage;
 pub use read::{LiveMode, ReadOutcome, ReadRequest};
+pub use registry::REGISTRY_PATH;
 pub use sse::SseStream;
 
 use ds_clock::{Clock, Random};
@@ -39,6 +41,9 @@ pub struct ServiceConfig {
     pub sse_max_duration: Duration,
     /// Commit attempts before a contended mutation gives up with 503.
     pub max_commit_attempts: u32,
+    /// Keep the `__registry__` stream (every create and delete appends to
+    /// it in its own commit; see `registry.rs`). Off: the path is ordinary.
+    pub registry: bool,
 }
 
 impl Default for ServiceConfig {
@@ -48,6 +53,7 @@ impl Default for ServiceConfig {
             long_poll_timeout: Duration::from_secs(20),
             sse_max_duration: Duration::from_secs(60),
             max_commit_attempts: 64,
+            registry: true,
         }
     }
 }
