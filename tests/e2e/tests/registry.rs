@@ -36,6 +36,10 @@ async fn fold(base: &str, token: Option<&str>) -> BTreeMap<String, String> {
                     let ct = m["value"]["contentType"].as_str().unwrap().to_owned();
                     assert!(state.insert(key, ct).is_none(), "inserted twice: {m}");
                 }
+                "update" => {
+                    let ct = m["value"]["contentType"].as_str().unwrap().to_owned();
+                    assert!(state.insert(key, ct).is_some(), "updated while not listed: {m}");
+                }
                 "delete" => assert!(state.remove(&key).is_some(), "deleted while not listed: {m}"),
                 other => panic!("operation {other}: {m}"),
             }

@@ -65,6 +65,10 @@ fn fold(changes: &[Change]) -> BTreeMap<String, serde_json::Value> {
                 let value = value.clone().unwrap_or_else(|| panic!("an insert carries a value: {key}"));
                 assert!(state.insert(key.clone(), value).is_none(), "{key} inserted twice without a delete");
             }
+            "update" => {
+                let value = value.clone().unwrap_or_else(|| panic!("an update carries a value: {key}"));
+                assert!(state.insert(key.clone(), value).is_some(), "{key} updated while not listed");
+            }
             "delete" => {
                 assert!(state.remove(key).is_some(), "{key} deleted while not listed");
             }
@@ -88,7 +92,7 @@ fn fork_request(path: &str, source: &str) -> CreateRequest {
     }
 }
 
-/// Creates, forks, soft and hard deletes, a cascade and expiry: each leaves
+/// Creates, forks, soft and hard deletes, a cascade, expiry and a close: each leaves
 /// exactly its change in the registry, with the reference server's message
 /// shape; clients cannot write the registry.
 pub async fn registry_lists_lifecycle(f: &dyn SubstrateFactory) {
@@ -135,6 +139,21 @@ pub async fn registry_lists_lifecycle(f: &dyn SubstrateFactory) {
     assert_eq!(ops, [(&*d, "insert"), (&*d, "delete")]);
     assert!(fold(&after).is_empty() && live_under(&s, &p).await.is_empty());
 
+    // A close is an update saying so, once.
+    let e = format!("{p}e");
+    svc.create(create_request(&e)).await.expect("create e");
+    let close =
+        crate::AppendRequest { close: true, ..super::fixtures::append_request(&e, Bytes::from_static(b"last")) };
+    svc.append(close).await.expect("append and close");
+    let close_again = crate::AppendRequest { close: true, ..super::fixtures::append_request(&e, Bytes::new()) };
+    svc.append(close_again).await.expect("closing a closed stream changes nothing");
+    let after = changes_under(&svc, &p).await;
+    let ops: Vec<(&str, &str)> = after[8..].iter().map(|(k, o, _)| (k.as_str(), o.as_str())).collect();
+    assert_eq!(ops, [(&*e, "insert"), (&*e, "update")]);
+    assert_eq!(after[9].2.as_ref().map(|v| v["closed"].clone()), Some(true.into()), "{:?}", after[9]);
+    assert_eq!(after[8].2.as_ref().and_then(|v| v.get("closed")), None, "an open stream's value has no closed field");
+    svc.delete(&e).await.expect("delete e");
+
     // Only the server writes the registry.
     let reserved = |r: Result<(), ServiceError>, what: &str| {
         assert!(matches!(r, Err(ServiceError::Reserved(_))), "{what}: {r:?}");
@@ -143,7 +162,7 @@ pub async fn registry_lists_lifecycle(f: &dyn SubstrateFactory) {
     let append = super::fixtures::append_request(REGISTRY_PATH, Bytes::from_static(b"{}"));
     reserved(svc.append(append).await.map(drop), "append");
     reserved(svc.delete(REGISTRY_PATH).await, "delete");
-    reserved(svc.create(fork_request(&format!("{p}e"), REGISTRY_PATH)).await.map(drop), "fork");
+    reserved(svc.create(fork_request(&format!("{p}f"), REGISTRY_PATH)).await.map(drop), "fork");
     let meta = svc.head(REGISTRY_PATH).await.expect("the registry exists");
     assert_eq!(&*meta.content_type, "application/json");
 }

@@ -8,6 +8,7 @@ use ds_protocol::headers::{content_types_match, is_json, ProducerHeaders};
 use ds_protocol::json::{self, EmptyArray};
 use ds_protocol::producer::{decide, Decision, State};
 
+use super::registry::Change;
 use super::{Plan, Predicted, Reads, ServiceError, ServiceResult, StreamService};
 use crate::{
     Chunk, Commit, Expect, Op, ProducerState, ProducerTriple, Record, RecordExpect, StreamHandle, StreamMeta,
@@ -116,7 +117,14 @@ impl StreamService {
                 return Err(ServiceError::Conflict(format!("Stream-Seq {seq:?} is not greater than {last:?}")));
             }
         }
-        Ok(self.append_plan(req, meta, data, accepted))
+        let mut plan = self.append_plan(req, meta, data, accepted);
+        if req.close {
+            // The stream was open (checked above): its close is listed in this commit.
+            if let Plan::Commit { commit, value, registry, .. } = &mut plan {
+                *registry = self.plan_registry(commit, Change::Closed(value.meta())).await?;
+            }
+        }
+        Ok(plan)
     }
 
     /// The producer's verdict on this request (`Accept(None)` without a
@@ -210,6 +218,7 @@ impl StreamService {
             deleted: Vec::new(),
             predicted: Some(Predicted { meta: AppendOutcome::meta, producer }),
             value: AppendOutcome::Appended { meta: next, producer: accepted },
+            registry: None,
         }
     }
 }

@@ -8,7 +8,7 @@ use ds_protocol::json::{self, EmptyArray};
 use ds_protocol::{path, Offset};
 
 use super::read::Cut;
-use super::registry::{Change, RegistryWrite};
+use super::registry::Change;
 use super::{Plan, ServiceError, ServiceResult, StreamService};
 use crate::{Chunk, Commit, Expect, ForkOrigin, Op, StreamHandle, StreamMeta};
 
@@ -55,19 +55,14 @@ impl StreamService {
                 return Err(ServiceError::Reserved(format!("{} cannot be forked", super::REGISTRY_PATH)));
             }
         }
-        let (outcome, registry) = self.mutate(&stream, |_| self.plan_create(&stream, &req)).await?;
-        self.publish_registry(registry);
+        let outcome = self.mutate(&stream, |_| self.plan_create(&stream, &req)).await?;
         if outcome.created {
             self.arm_expiry(&outcome.meta).await;
         }
         Ok(outcome)
     }
 
-    async fn plan_create(
-        &self,
-        stream: &StreamHandle,
-        req: &CreateRequest,
-    ) -> ServiceResult<Plan<(CreateOutcome, Option<RegistryWrite>)>> {
+    async fn plan_create(&self, stream: &StreamHandle, req: &CreateRequest) -> ServiceResult<Plan<CreateOutcome>> {
         let now = self.clock.now_ms();
         if let Some(existing) = self.sub.store.read_meta(stream).await? {
             if existing.soft_deleted {
@@ -76,7 +71,7 @@ impl StreamService {
                 ));
             }
             if !existing.is_expired(now) {
-                return self.confirm_existing(req, existing).await.map(|outcome| Plan::Done((outcome, None)));
+                return self.confirm_existing(req, existing).await.map(Plan::Done);
             }
             // An expired stream still on record: `mutate` removes it, then re-plans.
             return Err(ServiceError::Expired(Box::new(existing)));
@@ -138,7 +133,8 @@ impl StreamService {
             commit,
             publish: Some(crate::TailSignal::of(&meta)),
             deleted: Vec::new(),
-            value: (CreateOutcome { created: true, meta }, registry),
+            value: CreateOutcome { created: true, meta },
+            registry,
             predicted: None,
         })
     }

@@ -3,7 +3,7 @@
 use futures::future::BoxFuture;
 use futures::FutureExt;
 
-use super::registry::{Change, RegistryWrite};
+use super::registry::Change;
 use super::{Plan, ServiceResult, StreamService};
 use crate::{Commit, Expect, Op, Record, RecordExpect, StreamMeta};
 
@@ -22,17 +22,14 @@ impl StreamService {
         ds_protocol::path::validate(path)?;
         self.refuse_registry_write(path)?;
         let stream = self.sub.registry.enter(path);
-        let registry = self
-            .mutate(&stream, |reads| {
-                let stream = &stream;
-                async move {
-                    let meta = self.live_meta(stream, reads).await?;
-                    self.plan_delete(meta).await
-                }
-            })
-            .await?;
-        self.publish_registry(registry);
-        Ok(())
+        self.mutate(&stream, |reads| {
+            let stream = &stream;
+            async move {
+                let meta = self.live_meta(stream, reads).await?;
+                self.plan_delete(meta).await
+            }
+        })
+        .await
     }
 
     /// Delete `meta`: soft when forks still reference it, otherwise hard,
@@ -41,7 +38,7 @@ impl StreamService {
     /// Either way the stream leaves the registry in the same commit (a
     /// soft-deleted stream no longer exists to clients; the sources a cascade
     /// collects left it when they were soft-deleted).
-    async fn plan_delete(&self, meta: StreamMeta) -> ServiceResult<Plan<Option<RegistryWrite>>> {
+    async fn plan_delete(&self, meta: StreamMeta) -> ServiceResult<Plan<()>> {
         let mut commit = Commit::new();
         if meta.ref_count > 0 {
             let mut soft = meta.clone();
@@ -49,7 +46,14 @@ impl StreamService {
             soft.version += 1;
             commit.push(Op::PutMeta { meta: soft.clone(), expect: Expect::Version(meta.version) });
             let registry = self.plan_registry(&mut commit, Change::Deleted(&meta.path)).await?;
-            return Ok(Plan::Commit { commit, publish: None, deleted: vec![soft], value: registry, predicted: None });
+            return Ok(Plan::Commit {
+                commit,
+                publish: None,
+                deleted: vec![soft],
+                value: (),
+                predicted: None,
+                registry,
+            });
         }
         let mut deleted = vec![meta.clone()];
         commit.push(Op::DeleteStream {
@@ -60,7 +64,7 @@ impl StreamService {
         let path = meta.path.clone();
         self.release_sources(&mut commit, &mut deleted, meta, None).await?;
         let registry = self.plan_registry(&mut commit, Change::Deleted(&path)).await?;
-        Ok(Plan::Commit { commit, publish: None, deleted, value: registry, predicted: None })
+        Ok(Plan::Commit { commit, publish: None, deleted, value: (), predicted: None, registry })
     }
 
     /// Adds to `commit` the release of the reference `child` (gone, or going
@@ -140,7 +144,7 @@ impl StreamService {
                 }
                 let (mut commit, mut deleted) = (Commit::new(), Vec::new());
                 self.release_sources(&mut commit, &mut deleted, removed.clone(), Some(marker)).await?;
-                Ok(Plan::Commit { commit, publish: None, deleted, value: true, predicted: None })
+                Ok(Plan::Commit { commit, publish: None, deleted, value: true, predicted: None, registry: None })
             }
         })
         .await
@@ -154,31 +158,28 @@ impl StreamService {
     /// removed the entry.
     pub async fn forget_removed(&self, removed: &StreamMeta) -> ServiceResult<bool> {
         let stream = self.sub.registry.enter(&removed.path);
-        let registry = self
-            .mutate(&stream, |_| {
-                let stream = &stream;
-                async move {
-                    if self.sub.store.read_meta(stream).await?.is_some() {
-                        return Ok(Plan::Done(None));
-                    }
-                    let mut commit = Commit::new();
-                    let change = Change::Removed { path: &removed.path, incarnation: &removed.incarnation };
-                    match self.plan_registry(&mut commit, change).await? {
-                        None => Ok(Plan::Done(None)),
-                        Some(write) => Ok(Plan::Commit {
-                            commit,
-                            publish: None,
-                            deleted: Vec::new(),
-                            value: Some(write),
-                            predicted: None,
-                        }),
-                    }
+        self.mutate(&stream, |_| {
+            let stream = &stream;
+            async move {
+                if self.sub.store.read_meta(stream).await?.is_some() {
+                    return Ok(Plan::Done(false));
                 }
-            })
-            .await?;
-        let removed = registry.is_some();
-        self.publish_registry(registry);
-        Ok(removed)
+                let mut commit = Commit::new();
+                let change = Change::Removed { path: &removed.path, incarnation: &removed.incarnation };
+                Ok(match self.plan_registry(&mut commit, change).await? {
+                    None => Plan::Done(false),
+                    registry => Plan::Commit {
+                        commit,
+                        publish: None,
+                        deleted: Vec::new(),
+                        value: true,
+                        predicted: None,
+                        registry,
+                    },
+                })
+            }
+        })
+        .await
     }
 
     /// Remove an expired stream (best effort: a failure leaves it for the
@@ -197,18 +198,15 @@ impl StreamService {
     async fn remove_expired(&self, meta: &StreamMeta) -> ServiceResult<()> {
         let stream = self.sub.registry.enter(&meta.path);
         let incarnation = meta.incarnation.clone();
-        let registry = self
-            .mutate(&stream, |_| async {
-                match self.sub.store.read_meta(&stream).await? {
-                    Some(m) if m.incarnation == incarnation && !m.soft_deleted && m.is_expired(self.clock.now_ms()) => {
-                        self.plan_delete(m).await
-                    }
-                    _ => Ok(Plan::Done(None)),
+        self.mutate(&stream, |_| async {
+            match self.sub.store.read_meta(&stream).await? {
+                Some(m) if m.incarnation == incarnation && !m.soft_deleted && m.is_expired(self.clock.now_ms()) => {
+                    self.plan_delete(m).await
                 }
-            })
-            .await?;
-        self.publish_registry(registry);
-        Ok(())
+                _ => Ok(Plan::Done(())),
+            }
+        })
+        .await
     }
 
     /// An expiry alarm fired for `(path, incarnation)`: delete the stream if

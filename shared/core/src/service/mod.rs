@@ -94,6 +94,10 @@ pub(crate) enum Plan<T> {
         /// Appends only: the state to plan the next append on while this
         /// commit is in flight.
         predicted: Option<Predicted<T>>,
+        /// The `__registry__` change the commit carries (creates, deletes,
+        /// closes): its lock is held until the commit resolved, and its
+        /// readers are woken once it applied.
+        registry: Option<registry::RegistryWrite>,
     },
     /// Nothing to write; return `T` as is.
     Done(T),
@@ -231,10 +235,10 @@ impl StreamService {
                 }
                 other => other?,
             };
-            let (commit, publish, deleted, value, predicted) = match planned {
+            let (commit, publish, deleted, value, predicted, registry) = match planned {
                 Plan::Done(value) => return Ok(value),
-                Plan::Commit { commit, publish, deleted, value, predicted } => {
-                    (commit, publish, deleted, value, predicted)
+                Plan::Commit { commit, publish, deleted, value, predicted, registry } => {
+                    (commit, publish, deleted, value, predicted, registry)
                 }
             };
             // A commit that changes a meta with commits in flight must keep
@@ -297,6 +301,7 @@ impl StreamService {
             if let Some(signal) = publish {
                 self.sub.hub.publish(stream, signal);
             }
+            self.publish_registry(registry);
             for meta in &deleted {
                 let mut signal = crate::TailSignal::of(meta);
                 signal.deleted = true;

@@ -40,6 +40,8 @@ const REGISTRY_CONTENT_TYPE: &str = "application/json";
 /// What a commit does to the list of streams.
 pub(crate) enum Change<'a> {
     Created(&'a StreamMeta),
+    /// An open stream closed: an `update` whose value says `closed: true`.
+    Closed(&'a StreamMeta),
     Deleted(&'a str),
     /// The stream's meta record vanished without a delete (AWS's TTL
     /// backstop): a delete, written once per incarnation (a marker record
@@ -76,6 +78,11 @@ struct Value<'a> {
     path: &'a str,
     content_type: &'a str,
     created_at: i64,
+    /// Only on streams that are closed (created closed, or an `update`
+    /// for a close); beyond the reference server's fields, which readers
+    /// of it ignore.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    closed: bool,
 }
 
 #[derive(Serialize)]
@@ -88,15 +95,16 @@ impl Change<'_> {
     /// `\n`-terminated).
     fn framed(&self) -> Bytes {
         let message = match self {
-            Change::Created(meta) => Message {
+            Change::Created(meta) | Change::Closed(meta) => Message {
                 kind: "stream",
                 key: &meta.path,
                 value: Some(Value {
                     path: &meta.path,
                     content_type: &meta.content_type,
                     created_at: meta.created_at_ms,
+                    closed: meta.closed,
                 }),
-                headers: Headers { operation: "insert" },
+                headers: Headers { operation: if matches!(self, Change::Created(_)) { "insert" } else { "update" } },
             },
             Change::Deleted(path) | Change::Removed { path, .. } => {
                 Message { kind: "stream", key: path, value: None, headers: Headers { operation: "delete" } }
@@ -133,7 +141,7 @@ impl StreamService {
         change: Change<'_>,
     ) -> ServiceResult<Option<RegistryWrite>> {
         let path = match &change {
-            Change::Created(meta) => &*meta.path,
+            Change::Created(meta) | Change::Closed(meta) => &*meta.path,
             Change::Deleted(path) | Change::Removed { path, .. } => path,
         };
         if !self.cfg.registry || path == REGISTRY_PATH {
@@ -191,7 +199,7 @@ impl StreamService {
             let publish = Some(TailSignal::of(&meta));
             let mut commit = Commit::new();
             commit.push(Op::PutMeta { meta, expect: Expect::Absent });
-            Ok(Plan::Commit { commit, publish, deleted: Vec::new(), value: (), predicted: None })
+            Ok(Plan::Commit { commit, publish, deleted: Vec::new(), value: (), predicted: None, registry: None })
         })
         .await
     }
