@@ -248,9 +248,20 @@ impl StreamService {
                 Some(_) => Vec::new(),
                 None => commit.meta_paths().map(Arc::from).collect(),
             };
+            // An append joins its stream's pipeline chain (see `Chain`): if a
+            // commit it may be stacked on is refused, so is it, even when
+            // another writer left a state of the same version and tail.
+            let chain = match &predicted {
+                Some(_) if self.sub.store.chains_submissions() => Some(self.speculation.chain(path)),
+                _ => None,
+            };
             // Submit under the lock (so submissions are ordered), then wait for
             // durability without it, letting the next append stack on top.
-            let submitted = match self.sub.store.try_submit(commit) {
+            let tried = match &chain {
+                Some(chain) => self.sub.store.try_submit_chained(commit, chain.clone()),
+                None => self.sub.store.try_submit(commit),
+            };
+            let submitted = match tried {
                 crate::TrySubmit::Submitted(submitted) => submitted,
                 crate::TrySubmit::WouldWait(commit) => self.sub.store.submit(commit).await,
             };
@@ -283,7 +294,7 @@ impl StreamService {
             let predicted = if applied.is_none() || self.speculation.in_flight(path) { predicted } else { None };
             // A prediction is of `stream` itself (an append's next meta).
             let in_flight = predicted.map(|p| {
-                self.speculation.submitted((p.meta)(&value).clone(), p.producer);
+                self.speculation.submitted((p.meta)(&value).clone(), p.producer, chain);
                 speculation::InFlight::new(&self.speculation, path)
             });
             drop(guard);

@@ -10,12 +10,21 @@
 //! prediction fails its commit instead of leaving a gap. Outcomes that write
 //! nothing are never answered from a prediction (`StreamService::mutate` re-plans them with
 //! consistent reads), so nothing is acknowledged before it is durable.
+//!
+//! Version and tail name a state, but do not identify it: another writer (a
+//! second process over the same store, or a commit of this service that a
+//! drained prediction no longer counts, e.g. one whose caller went away)
+//! can leave another state under the same version and tail. A commit stacked
+//! on a refused one would then pass its precondition against that state.
+//! So every commit recorded in one prediction carries the prediction's
+//! [`Chain`], and a store that applies commits after submitting them refuses
+//! the rest of a chain once one of its commits was not applied.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crate::{ProducerState, StreamMeta};
+use crate::{Chain, ProducerState, StreamMeta};
 
 /// One stream's prediction.
 struct Prediction {
@@ -25,6 +34,9 @@ struct Prediction {
     /// A stacked commit failed: later predictions may be wrong, so planning
     /// goes back to the store until the pipeline drains.
     poisoned: bool,
+    /// What the commits recorded here were submitted with (`None`: the
+    /// store does not chain them).
+    chain: Option<Chain>,
 }
 
 /// Predictions per stream path; an entry lives while commits are in flight.
@@ -57,6 +69,19 @@ impl Speculation {
         }
     }
 
+    /// The chain for a commit of `path` about to be submitted: the
+    /// prediction's, whether or not it is still healthy (the commit may have
+    /// been planned on it before it was poisoned), else a new one that the
+    /// commit's [`Self::submitted`] makes the prediction's.
+    pub fn chain(&self, path: &str) -> Chain {
+        let existing = if self.entries.load(Ordering::Acquire) == 0 {
+            None
+        } else {
+            self.streams.lock().ok().and_then(|map| map.get(path).and_then(|p| p.chain.clone()))
+        };
+        existing.unwrap_or_default()
+    }
+
     /// The predicted meta of `path`, if a healthy prediction exists.
     pub fn meta(&self, path: &str) -> Option<StreamMeta> {
         let map = self.streams.lock().ok()?;
@@ -72,7 +97,8 @@ impl Speculation {
 
     /// Record a submitted (not yet durable) commit's resulting state. Takes
     /// it by value: appends hand over their prediction (no copy per append).
-    pub fn submitted(&self, meta: StreamMeta, producer: Option<(String, ProducerState)>) {
+    /// `chain`: what the commit was submitted with (see [`Self::chain`]).
+    pub fn submitted(&self, meta: StreamMeta, producer: Option<(String, ProducerState)>, chain: Option<Chain>) {
         let Ok(mut map) = self.streams.lock() else {
             return;
         };
@@ -99,7 +125,7 @@ impl Speculation {
             return;
         }
         let producers = producer.into_iter().collect();
-        map.insert(meta.path.clone(), Prediction { meta, producers, in_flight: 1, poisoned: false });
+        map.insert(meta.path.clone(), Prediction { meta, producers, in_flight: 1, poisoned: false, chain });
         self.entries.store(map.len(), Ordering::Release);
     }
 
@@ -159,8 +185,8 @@ mod tests {
     #[test]
     fn a_commit_planned_on_the_prediction_extends_it() {
         let spec = Speculation::default();
-        spec.submitted(meta(124, 100), None);
-        spec.submitted(meta(125, 200), None);
+        spec.submitted(meta(124, 100), None, None);
+        spec.submitted(meta(125, 200), None, None);
         assert_eq!(spec.meta("s").map(|m| (m.version, m.tail)), Some((125, 200)));
         spec.finished("s", true);
         spec.finished("s", true);
@@ -172,7 +198,7 @@ mod tests {
         let spec = Speculation::default();
         assert!(!spec.in_flight("s"));
         spec.poison("s");
-        spec.submitted(meta(124, 100), None);
+        spec.submitted(meta(124, 100), None, None);
         assert!(spec.in_flight("s"));
         spec.poison("s");
         assert!(spec.meta("s").is_none());
@@ -183,13 +209,28 @@ mod tests {
     #[test]
     fn a_submission_dropped_before_it_resolves_counts_as_failed() {
         let spec = Speculation::default();
-        spec.submitted(meta(124, 100), None);
+        spec.submitted(meta(124, 100), None, None);
         let dropped = InFlight::new(&spec, "s");
-        spec.submitted(meta(125, 200), None);
+        spec.submitted(meta(125, 200), None, None);
         InFlight::new(&spec, "s").finished(true);
         assert!(spec.in_flight("s"));
         drop(dropped);
         assert!(!spec.in_flight("s"), "drained: the next plan reads the store");
+    }
+
+    /// Every commit recorded in one prediction is submitted in its chain,
+    /// also one planned on it just before it was poisoned; a drained
+    /// pipeline starts a new chain (the old one may be broken).
+    #[test]
+    fn the_commits_of_one_prediction_share_its_chain() {
+        let spec = Speculation::default();
+        let first = spec.chain("s");
+        spec.submitted(meta(124, 100), None, Some(first.clone()));
+        assert!(spec.chain("s").same(&first));
+        spec.poison("s");
+        assert!(spec.chain("s").same(&first), "planned on the prediction before the poison");
+        spec.finished("s", true);
+        assert!(!spec.chain("s").same(&first), "a new pipeline, a new chain");
     }
 
     /// The interleaving the kill -9 campaign found: X (v123 -> v124, tail
@@ -198,13 +239,13 @@ mod tests {
     #[test]
     fn a_commit_planned_beside_the_prediction_poisons_it() {
         let spec = Speculation::default();
-        spec.submitted(meta(124, 39_204), None);
-        spec.submitted(meta(124, 39_210), None);
+        spec.submitted(meta(124, 39_204), None, None);
+        spec.submitted(meta(124, 39_210), None, None);
         assert!(spec.meta("s").is_none(), "planning goes back to the store");
         spec.finished("s", true);
         assert!(spec.meta("s").is_none(), "until the pipeline drains");
         spec.finished("s", false);
-        spec.submitted(meta(125, 39_440), None);
+        spec.submitted(meta(125, 39_440), None, None);
         assert_eq!(spec.meta("s").map(|m| m.version), Some(125), "a fresh pipeline predicts again");
     }
 }
