@@ -166,3 +166,64 @@ async fn no_append_is_applied_past_a_close() {
         }
     }
 }
+
+/// One service (what the server runs), whose appends' callers go away
+/// while their commits are queued, then retry: a dropped append counts as
+/// finished for the prediction, which may drain while its commit is still
+/// in the writer's queue. The next append is then planned on the store's
+/// state without it, and the ones stacked on that plan name the dropped
+/// commit's state if it has the same length. Each producer's append is
+/// applied exactly once all the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_service_with_cancelled_appends_applies_each_once() {
+    const WRITERS: usize = 16;
+    const EACH: usize = 8;
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(LocalStore::open(dir.path()).unwrap());
+    let svc = service(in_process_substrate(store as Arc<dyn StreamStore>).0);
+    for round in 0..6 {
+        let path = unique_path("chain-cancelled");
+        svc.create(create_request(&path)).await.unwrap();
+        let mut tasks = Vec::new();
+        for w in 0..WRITERS {
+            let (svc, path) = (svc.clone(), path.clone());
+            tasks.push(tokio::spawn(async move {
+                // A cheap, varied cancellation point per attempt.
+                let mut lcg = (round * WRITERS + w) as u64 * 2_654_435_761 + 1;
+                for i in 0..EACH {
+                    loop {
+                        let mut req = append_request(&path, body(w, i));
+                        req.producer = Some(ProducerHeaders { id: format!("p{w}"), epoch: 0, seq: i as u64 });
+                        lcg = lcg.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+                        let yields = (lcg >> 33) % 24;
+                        let cancel = async {
+                            for _ in 0..yields {
+                                tokio::task::yield_now().await;
+                            }
+                        };
+                        tokio::select! {
+                            answer = svc.append(req) => {
+                                answer.unwrap();
+                                break;
+                            }
+                            () = cancel, if yields < 16 => {}
+                        }
+                    }
+                }
+            }));
+        }
+        for task in tasks {
+            task.await.unwrap();
+        }
+        let meta = svc.substrate().store.read_meta(&StreamHandle::detached(&path)).await.unwrap().unwrap();
+        let whole = bytes_at(&read_all(svc.substrate(), &path, &meta.incarnation, meta.tail).await, 0, meta.tail);
+        let twice: Vec<String> = whole
+            .chunks(8)
+            .enumerate()
+            .filter(|(_, b)| whole.chunks(8).filter(|o| o == b).count() > 1)
+            .map(|(at, b)| format!("{}@{}", String::from_utf8_lossy(b), at * 8))
+            .collect();
+        assert!(twice.is_empty(), "applied more than once (round {round}): {twice:?}");
+        assert_eq!(meta.tail, (WRITERS * EACH * 8) as u64, "each append once (round {round})");
+    }
+}
