@@ -8,7 +8,9 @@
 //!    order, against the batch's staged writes, the overlay and the tables
 //!    (so they see the earlier commits of the batch);
 //! 2. commits that hold are staged, the others are answered `Conflict` and
-//!    write nothing — a failed commit never affects its neighbours;
+//!    write nothing — a failed commit never affects its neighbours, except
+//!    the later commits of its pipeline chain (`ds_core::Chain`), which are
+//!    refused without being checked;
 //! 3. the staged writes are appended to the log and synced (the commit
 //!    point), merged into the overlay (readers see them), and only then is
 //!    each commit acknowledged (the protocol and recovery: [`crate::redo`]).
