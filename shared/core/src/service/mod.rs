@@ -103,6 +103,17 @@ pub(crate) enum Plan<T> {
     Done(T),
 }
 
+/// The state an append's commit was planned on, as its precondition names
+/// it (`Expect::VersionAt`): `(incarnation, version, tail)`.
+fn planned_on(commit: &Commit) -> Option<(&str, u64, u64)> {
+    commit.ops.iter().find_map(|op| match op {
+        crate::Op::PutMeta { meta, expect: crate::Expect::VersionAt { version, tail } } => {
+            Some((&*meta.incarnation, *version, *tail))
+        }
+        _ => None,
+    })
+}
+
 /// The state an append predicts for its stream (and producer) once its
 /// commit applies; recorded while the commit is in flight.
 pub(crate) struct Predicted<T> {
@@ -248,9 +259,22 @@ impl StreamService {
                 Some(_) => Vec::new(),
                 None => commit.meta_paths().map(Arc::from).collect(),
             };
+            // An append joins its stream's pipeline chain (see `Chain`): if a
+            // commit it may be stacked on is refused, so is it, even when
+            // another writer left a state of the same version and tail.
+            let chain = match (&predicted, planned_on(&commit)) {
+                (Some(_), Some(base)) if self.sub.store.chains_submissions() => {
+                    Some(self.speculation.chain(path, base))
+                }
+                _ => None,
+            };
             // Submit under the lock (so submissions are ordered), then wait for
             // durability without it, letting the next append stack on top.
-            let submitted = match self.sub.store.try_submit(commit) {
+            let tried = match &chain {
+                Some(chain) => self.sub.store.try_submit_chained(commit, chain.clone()),
+                None => self.sub.store.try_submit(commit),
+            };
+            let submitted = match tried {
                 crate::TrySubmit::Submitted(submitted) => submitted,
                 crate::TrySubmit::WouldWait(commit) => self.sub.store.submit(commit).await,
             };
@@ -283,17 +307,24 @@ impl StreamService {
             let predicted = if applied.is_none() || self.speculation.in_flight(path) { predicted } else { None };
             // A prediction is of `stream` itself (an append's next meta).
             let in_flight = predicted.map(|p| {
-                self.speculation.submitted((p.meta)(&value).clone(), p.producer);
-                speculation::InFlight::new(&self.speculation, path)
+                let meta = (p.meta)(&value);
+                let in_flight = speculation::InFlight::new(&self.speculation, meta.path.clone());
+                self.speculation.submitted(meta.clone(), p.producer, chain);
+                in_flight
             });
             drop(guard);
-            let result = match applied {
-                Some(result) => result,
-                None => pending.await,
+            let result = match (applied, in_flight) {
+                (Some(result), in_flight) => {
+                    if let Some(in_flight) = in_flight {
+                        in_flight.finished(result.is_ok());
+                    }
+                    result
+                }
+                // Owned by the prediction's share while awaited: dropped
+                // here, the share lasts until the commit is decided.
+                (None, Some(in_flight)) => in_flight.resolve(pending).await,
+                (None, None) => pending.await,
             };
-            if let Some(in_flight) = in_flight {
-                in_flight.finished(result.is_ok());
-            }
             if let Err(e) = result {
                 self.retry_or_fail(path, attempt, e).await?;
                 continue;
