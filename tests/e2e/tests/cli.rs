@@ -100,6 +100,9 @@ async fn each_command_against_a_local_server() {
     let fields: Vec<&str> = long.trim_end().split('\t').collect();
     assert_eq!(fields[..2], ["logs", "text/plain"], "{long}");
     assert!(fields[2].parse::<i64>().is_ok_and(|ms| ms > 1_700_000_000_000), "created at, epoch ms: {long}");
+    assert_eq!(fields.get(3), Some(&"closed"), "logs was closed above: {long}");
+    let open = ok(&run(s, &["ls", "-l", "chat/"]));
+    assert_eq!(open.trim_end().split('\t').count(), 3, "an open stream has no fourth field: {open}");
     // A server that keeps no registry: ls says why it cannot list (4).
     let off = vec!["--registry".to_owned(), "off".to_owned()];
     let bare = Server::start(ServerOpts { extra_args: off, ..ServerOpts::default() }).await.unwrap();
