@@ -3,6 +3,10 @@
 import { spawn } from "node:child_process"
 import assert from "node:assert/strict"
 import { randomBytes } from "node:crypto"
+import { mkdtempSync, rmSync } from "node:fs"
+import { createServer } from "node:net"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
 import { DurableStream, stream } from "@durable-streams/client"
 import { DurableStreamTestServer, createRegistryHooks } from "@durable-streams/server"
 import { MaterializedState } from "@durable-streams/state"
@@ -103,6 +107,98 @@ await check("the CLI follows live what the official client appends, and ends at 
     await handle.close()
   })
   assert.deepEqual(lines(out), [...Array(20).keys()].map((i) => JSON.stringify({ i })))
+})
+
+// ---- our server's __registry__, through the official packages, across a crash ----
+/// A free port on 127.0.0.1.
+function freePort() {
+  return new Promise((resolve, reject) => {
+    const srv = createServer()
+    srv.on("error", reject)
+    srv.listen(0, "127.0.0.1", () => { const { port } = srv.address(); srv.close(() => resolve(port)) })
+  })
+}
+
+/// Our server on the local store at `dir`, listening on `port`; resolves once it answers.
+async function startOurs(dir, port) {
+  const child = spawn(CLI, ["serve", "--store", "local", "--data-dir", dir, "--bind", `127.0.0.1:${port}`],
+    { stdio: ["ignore", "ignore", "pipe"] })
+  const log = []
+  child.stderr.on("data", (d) => log.push(d))
+  for (let i = 0; i < 200; i++) {
+    if (child.exitCode !== null || child.signalCode !== null) throw new Error(`our server exited: ${Buffer.concat(log)}`)
+    try { if ((await fetch(`http://127.0.0.1:${port}/health`)).ok) return child } catch {}
+    await new Promise((r) => setTimeout(r, 50))
+  }
+  child.kill("SIGKILL")
+  throw new Error(`our server did not start: ${Buffer.concat(log)}`)
+}
+
+/// `__registry__` at `base` folded by @durable-streams/state: the listed paths, sorted.
+async function materialized(base) {
+  const res = await stream({ url: `${base}/__registry__`, offset: "-1", live: false })
+  const state = new MaterializedState()
+  state.applyBatch(await res.json())
+  return [...state.getType("stream").keys()].sort()
+}
+
+await check("the official packages list our streams from __registry__ after creates, forks, deletes and a kill -9", async () => {
+  const dir = mkdtempSync(join(tmpdir(), "ds-registry-"))
+  const port = await freePort()
+  const base = `http://127.0.0.1:${port}/v1/stream`
+  let server = await startOurs(dir, port)
+  try {
+    const url = (p) => `${base}/${p}`
+    // A live reader of the registry (the official client, long-poll) sees a create as it happens.
+    // (Not awaited first: at `now` the first long-poll answers only once there is news.)
+    const tailing = stream({ url: `${base}/__registry__`, offset: "now", live: "long-poll" })
+    await new Promise((r) => setTimeout(r, 200))
+    await DurableStream.create({ url: url("reg/first"), contentType: "application/json" })
+    const tail = await tailing
+    const seen = new Promise((resolve) => {
+      const unsubscribe = tail.subscribeJson(async (batch) => {
+        if (batch.items.some((m) => m.key === "reg/first" && m.headers.operation === "insert")) { unsubscribe(); resolve() }
+      })
+    })
+    await Promise.race([seen, new Promise((_, reject) => setTimeout(() => reject(new Error("no live registry change")), 10000))])
+    tail.cancel()
+    for (let i = 0; i < 12; i++) await DurableStream.create({ url: url(`reg/s${i}`), contentType: i % 2 ? "text/plain" : "application/json" })
+    for (let i = 0; i < 4; i++) await ok(base, ["fork", `reg/f${i}`, "--from", `reg/s${i}`])
+    for (const i of [0, 1, 5, 7]) await DurableStream.delete({ url: url(`reg/s${i}`) }) // s0, s1: soft (forked)
+    await DurableStream.delete({ url: url("reg/f0") }) // and the cascade collects s0
+    // A burst of creates and deletes, killed while it runs: whatever each
+    // did or did not commit, the registry must agree with the streams.
+    const attempted = []
+    const burst = []
+    for (let i = 0; i < 60; i++) {
+      const p = `reg/b${i}`
+      attempted.push(p)
+      // Plain fetches, cut off after 5 s: the client library would retry a refused connection.
+      const send = (method) => fetch(url(p), { method, headers: { "content-type": "text/plain" }, signal: AbortSignal.timeout(5000) })
+      burst.push(send("PUT").then((r) => (r.status === 201 && i % 3 === 0 ? send("DELETE") : undefined)).catch(() => {}))
+    }
+    await new Promise((r) => setTimeout(r, 40))
+    server.kill("SIGKILL")
+    await Promise.all(burst)
+    await new Promise((resolve) => (server.exitCode !== null || server.signalCode !== null ? resolve() : server.on("exit", resolve)))
+    server = await startOurs(dir, port)
+    const listed = await materialized(base)
+    const all = ["reg/first", ...[...Array(12).keys()].map((i) => `reg/s${i}`), ...[...Array(4).keys()].map((i) => `reg/f${i}`), ...attempted]
+    const exists = []
+    for (const p of all) {
+      const head = await fetch(url(p), { method: "HEAD" })
+      assert.ok([200, 404, 410].includes(head.status), `HEAD ${p}: ${head.status}`)
+      if (head.status === 200) exists.push(p)
+    }
+    assert.deepEqual(listed.filter((p) => p.startsWith("reg/")), exists.sort())
+    for (const gone of ["reg/s0", "reg/s1", "reg/s5", "reg/s7", "reg/f0"]) assert.ok(!listed.includes(gone), gone)
+    assert.ok(listed.includes("reg/f1") && listed.includes("reg/s2"), `listed: ${listed}`)
+    assert.deepEqual(lines(await ok(base, ["ls", "reg/"])), listed.filter((p) => p.startsWith("reg/")))
+    console.log(`   (${exists.length} streams listed; ${exists.filter((p) => p.startsWith("reg/b")).length} of the 60 burst creates survived the kill)`)
+  } finally {
+    server.kill("SIGKILL")
+    rmSync(dir, { recursive: true, force: true })
+  }
 })
 
 // ---- the Node reference server, with its __registry__ hooks ----

@@ -4,6 +4,11 @@
 #   - against OUR server (first argument, e.g. http://127.0.0.1:PORT): the
 #     official client (@durable-streams/client) reads what the CLI wrote and
 #     the CLI reads what the client wrote (JSON, text, bytes; live follow);
+#   - our server's __registry__ (a server of our own started here on the
+#     local store, kill -9ed during a burst of creates and deletes, then
+#     restarted): the official client tails it live, and what
+#     @durable-streams/state materializes from it is exactly the streams
+#     HEAD finds, forks and soft deletes included;
 #   - against the Node reference server (@durable-streams/server, with its
 #     __registry__ hooks on), started here on 127.0.0.1: every CLI command,
 #     `ls` checked against @durable-streams/state's materialization.

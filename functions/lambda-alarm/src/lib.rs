@@ -26,7 +26,10 @@ pub async fn handle(
 /// The core over the AWS substrate, from the environment.
 pub async fn service_from_env() -> anyhow::Result<StreamService> {
     let aws = ds_store_aws::AwsSubstrate::from_env().await?;
-    Ok(StreamService::new(aws.substrate(), ServiceConfig::default()))
+    // The registry setting must match the HTTP function's: expiry deletes
+    // streams, and the registry learns of it in the same commit.
+    let registry = ds_config::Settings::from_env().switch_or("DS_REGISTRY", ServiceConfig::default().registry)?;
+    Ok(StreamService::new(aws.substrate(), ServiceConfig { registry, ..ServiceConfig::default() }))
 }
 
 /// JSON logs to stdout (CloudWatch), filter from `RUST_LOG`; span export

@@ -163,6 +163,7 @@ fn service_config<F: Fn(&str) -> Option<String>>(env: &Settings<F>) -> anyhow::R
         long_poll_timeout: env.duration("DS_LONG_POLL_TIMEOUT")?.unwrap_or(Duration::from_secs(20)),
         sse_max_duration: env.duration("DS_SSE_MAX_DURATION")?.unwrap_or(Duration::from_secs(55)),
         max_read_bytes: env.size("DS_MAX_READ_BYTES")?.unwrap_or(defaults.max_read_bytes),
+        registry: env.switch_or("DS_REGISTRY", defaults.registry)?,
         ..defaults
     })
 }
@@ -274,6 +275,10 @@ pub fn operations_from_env() -> anyhow::Result<ds_http::Operations> {
 pub async fn router_from_env() -> anyhow::Result<axum::Router> {
     let aws = ds_store_aws::AwsSubstrate::from_env().await?;
     let service = StreamService::new(aws.substrate(), service_config_from_env()?);
+    // Best effort: the first create makes it anyway.
+    if let Err(e) = service.ensure_registry().await {
+        tracing::warn!(error = %e, "could not create the __registry__ stream yet");
+    }
     let mut ops = operations_from_env()?;
     ops.processors = processors(&Settings::from_env(), &service).await?;
     ops.subscriptions = Some(subscriptions(&Settings::from_env(), &service).await?);

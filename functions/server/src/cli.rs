@@ -82,6 +82,12 @@ pub struct ServeArgs {
     /// Most stream bytes per read response (e.g. 1048576, 900KiB, 1MiB).
     #[arg(long, env = "DS_MAX_READ_BYTES", default_value = "1MiB", value_parser = ds_config::parse_size_usize)]
     pub max_read_bytes: usize,
+    /// Keep the `__registry__` stream, the list of streams clients read
+    /// (`ls`): each create and delete appends to it in its own commit.
+    /// `off` for a server that creates streams faster than one registry
+    /// append per commit allows; the path is then an ordinary one.
+    #[arg(long, env = "DS_REGISTRY", default_value = "on", value_parser = ds_config::parse_switch, action = clap::ArgAction::Set)]
+    pub registry: bool,
     /// Largest accepted request body; larger ones get 413.
     #[arg(long, env = "DS_MAX_BODY_BYTES", default_value = "16MiB", value_parser = ds_config::parse_size_usize)]
     pub max_body_bytes: usize,

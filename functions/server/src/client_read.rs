@@ -215,7 +215,8 @@ pub async fn ls(a: LsArgs, outer: &ConnArgs) -> Result<(), Error> {
     for e in registry.under(a.prefix.as_deref().unwrap_or("")) {
         let line = if a.long {
             let created = e.created_at.as_ref().map_or_else(|| "-".to_owned(), |v| v.to_string());
-            format!("{}\t{}\t{created}", e.path, e.content_type.as_deref().unwrap_or("-"))
+            let closed = if e.closed { "\tclosed" } else { "" };
+            format!("{}\t{}\t{created}{closed}", e.path, e.content_type.as_deref().unwrap_or("-"))
         } else {
             e.path.clone()
         };

@@ -66,6 +66,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         max_read_bytes: args.max_read_bytes,
         long_poll_timeout: args.long_poll_timeout,
         sse_max_duration: args.sse_max_duration,
+        registry: args.registry,
         ..ServiceConfig::default()
     };
     let service = StreamService::new(substrate, cfg);
@@ -78,6 +79,10 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             Ok(armed) => tracing::info!(armed, "expiry alarms re-armed"),
             Err(e) => tracing::error!(error = %e, "re-arming expiry alarms failed; expiry stays enforced on access"),
         }
+    }
+    // Best effort: the first create makes it anyway.
+    if let Err(e) = service.ensure_registry().await {
+        tracing::warn!(error = %e, "could not create the __registry__ stream yet");
     }
     let subscriptions = subscriptions::start(&args, &service, &tap).await?;
     if let Some(p) = &processors {

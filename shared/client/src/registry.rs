@@ -19,6 +19,9 @@ pub struct Entry {
     pub content_type: Option<String>,
     /// As the registry gives it (the reference server: milliseconds since the epoch).
     pub created_at: Option<serde_json::Value>,
+    /// The stream is closed (our server's registry says so; the reference
+    /// server's never does).
+    pub closed: bool,
 }
 
 /// The materialized registry: path → entry.
@@ -69,8 +72,9 @@ impl Registry {
                 let value = m.value.unwrap_or_default();
                 let content_type = value["contentType"].as_str().map(str::to_owned);
                 let created_at = value.get("createdAt").cloned();
+                let closed = value["closed"].as_bool().unwrap_or(false);
                 let path = value["path"].as_str().map_or_else(|| key.clone(), str::to_owned);
-                self.streams.insert(key, Entry { path, content_type, created_at });
+                self.streams.insert(key, Entry { path, content_type, created_at, closed });
             }
             "delete" => {
                 self.streams.remove(&key);
@@ -115,6 +119,18 @@ mod tests {
         let chat: Vec<&str> = r.under("chat/").map(|e| e.path.as_str()).collect();
         assert_eq!(chat, ["chat/b"]);
         assert_eq!(r.streams["logs"].content_type.as_deref(), Some("text/plain"));
+        assert!(!r.streams["logs"].closed);
+    }
+
+    #[test]
+    fn an_update_that_says_closed_marks_the_stream_closed() {
+        let r = fold(
+            r#"[{"type":"stream","key":"a","value":{"path":"a","contentType":"text/plain","createdAt":1},"headers":{"operation":"insert"}},
+                {"type":"stream","key":"a","value":{"path":"a","contentType":"text/plain","createdAt":1,"closed":true},"headers":{"operation":"update"}}]"#,
+        )
+        .expect("folds");
+        assert!(r.streams["a"].closed);
+        assert_eq!(r.streams["a"].content_type.as_deref(), Some("text/plain"));
     }
 
     #[test]

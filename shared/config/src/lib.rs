@@ -171,7 +171,12 @@ impl<F: Fn(&str) -> Option<String>> Settings<F> {
 
     /// A switch; unset reads as off.
     pub fn switch(&self, name: &str) -> Result<bool, ConfigError> {
-        Ok(self.parsed(name, parse_switch)?.unwrap_or(false))
+        self.switch_or(name, false)
+    }
+
+    /// A switch that is `default` when unset (one that is on unless turned off).
+    pub fn switch_or(&self, name: &str, default: bool) -> Result<bool, ConfigError> {
+        Ok(self.parsed(name, parse_switch)?.unwrap_or(default))
     }
 }
 

@@ -23,6 +23,6 @@ pub mod substrate;
 pub use ds_clock::{Clock, Random};
 pub use error::{ErrorSource, StoreError};
 pub use model::*;
-pub use pending::{PendingCommit, TrySubmit};
+pub use pending::{Chain, PendingCommit, TrySubmit};
 pub use service::*;
 pub use substrate::*;

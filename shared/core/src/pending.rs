@@ -68,6 +68,43 @@ impl Future for PendingCommit {
     }
 }
 
+/// The pipeline a submitted commit belongs to: the appends one service
+/// planned on the predictions of its commits in flight to one stream
+/// (`service::speculation`), each stacked on the one before.
+///
+/// Why the store must know: a stacked commit's precondition names the state
+/// it was planned on by version and tail only, and another writer (another
+/// process over the same store, or a commit of this one the prediction no
+/// longer counts) can leave a *different* state with that same version and
+/// tail — a close, another producer's append of the same length. Once one
+/// commit of the chain is refused, the ones stacked on it would then pass
+/// their preconditions against that other state and apply on a plan that
+/// never held (a producer's append applied twice, an append past a close).
+/// So a store that honours chains ([`crate::StreamStore::try_submit_chained`])
+/// breaks the chain when it does not apply one of its commits, and refuses
+/// every later commit of a broken chain with [`StoreError::Conflict`].
+///
+/// Only the store's writer reads or breaks it, in submission order.
+#[derive(Debug, Clone, Default)]
+pub struct Chain(std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+impl Chain {
+    /// A commit of this chain was not applied: the later ones cannot be.
+    pub fn break_off(&self) {
+        self.0.store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Whether a commit of this chain was not applied.
+    pub fn is_broken(&self) -> bool {
+        self.0.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Whether `self` and `other` are the same chain.
+    pub fn same(&self, other: &Chain) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
 /// What [`crate::StreamStore::try_submit`] did with a commit.
 pub enum TrySubmit {
     /// Submitted (or refused) without waiting: as [`crate::StreamStore::submit`] would answer.

@@ -31,7 +31,7 @@ use tokio::time::Instant;
 
 use crate::error::StoreError;
 use crate::model::{Chunk, Commit, ProducerState, Record, StreamMeta, TailSignal};
-use crate::{PendingCommit, TrySubmit};
+use crate::{Chain, PendingCommit, TrySubmit};
 
 /// The length of a [`StreamStore::read_contiguous`] range a store may
 /// answer: non-empty and within the budget; `None` for any other range.
@@ -169,6 +169,27 @@ pub trait StreamStore: Send + Sync + 'static {
     /// on every append. The default says it would wait.
     fn try_submit(&self, commit: Commit) -> TrySubmit {
         TrySubmit::WouldWait(commit)
+    }
+
+    /// Whether this store honours [`Chain`]s: it applies commits after
+    /// [`Self::submit`] returned (the local store's writer), so a commit may
+    /// be stacked on one that is later refused. The core then submits each
+    /// pipelined append with [`Self::try_submit_chained`]. `false` (the
+    /// default): nothing is chained (and nothing allocated for it).
+    fn chains_submissions(&self) -> bool {
+        false
+    }
+
+    /// [`Self::try_submit`] for a commit of the pipeline `chain`: if `chain`
+    /// is broken when the commit's turn comes, it is refused with
+    /// [`StoreError::Conflict`]; if it is not applied (refused or failed),
+    /// `chain` is broken (see [`Chain`]). A store that chains submits
+    /// without waiting: its answer is never [`TrySubmit::WouldWait`] (the
+    /// core's waiting `submit` carries no chain). The default ignores the
+    /// chain.
+    fn try_submit_chained(&self, commit: Commit, chain: Chain) -> TrySubmit {
+        let _ = chain;
+        self.try_submit(commit)
     }
 
     /// Whether this store spaces out the retries of the commits it refuses

@@ -86,6 +86,7 @@ impl From<ServiceError> for ApiError {
             ServiceError::SeqGap { expected, received } => Self::new(StatusCode::CONFLICT, "SEQUENCE_GAP", msg)
                 .header(h::PRODUCER_EXPECTED_SEQ, expected)
                 .header(h::PRODUCER_RECEIVED_SEQ, received),
+            ServiceError::Reserved(_) => Self::new(StatusCode::FORBIDDEN, "RESERVED_STREAM", msg),
             ServiceError::IncarnationChanged { .. } => Self::new(StatusCode::CONFLICT, "INCARNATION_CHANGED", msg),
             ServiceError::Contention => {
                 Self::new(StatusCode::SERVICE_UNAVAILABLE, "CONTENTION", msg).header("retry-after", 1)

@@ -8,6 +8,8 @@
 //! | `DS_PROCESSOR_TASK_QUEUE_URL` | the SQS queue background tasks are handed to |
 //! | `DS_PROCESSOR_PARKED_QUEUE_URL` | the SQS queue unreadable stream records are parked in |
 //! | `DS_METRICS_NAMESPACE` | CloudWatch namespace of the EMF lines (processor lag, revival and task failures); `off`: none (default `DurableStreams`) |
+//! | `DS_LIFECYCLE_EVENT_BUS` | an EventBridge bus (name or ARN): each create, close and delete is sent there ([`crate::lifecycle`]); unset or empty: none |
+//! | `DS_REGISTRY` | `off` when the HTTP function keeps no `__registry__` (then no lifecycle events either) |
 //! | `DS_WEBHOOK_ALLOW_LOOPBACK` | subscriptions may call webhooks on loopback (`http://localhost`, `http://127.0.0.x`): development and tests only |
 
 use std::sync::Arc;
@@ -56,7 +58,8 @@ where
     let cfg = ds_store_aws::AwsConfig::from_settings(&env)?;
     let sdk = aws_config::defaults(aws_config::BehaviorVersion::latest()).load().await;
     let aws = AwsSubstrate::new(cfg.clone(), AwsClients::from_sdk_config(&sdk));
-    let service = StreamService::new(aws.substrate(), ServiceConfig::default());
+    let registry = env.switch_or("DS_REGISTRY", ServiceConfig::default().registry)?;
+    let service = StreamService::new(aws.substrate(), ServiceConfig { registry, ..ServiceConfig::default() });
     let sqs = aws_sdk_sqs::Client::new(&sdk);
     let tasks = SqsQueue::new(sqs.clone(), env.required("DS_PROCESSOR_TASK_QUEUE_URL")?);
     let queue: Arc<dyn TaskQueue> = Arc::new(tasks.clone());
@@ -73,6 +76,15 @@ where
     let subscriptions = subscription_plane(&service, delayed, policy).await.map_err(EnvError::Subscriptions)?;
     let deployment =
         deploy(Wiring { service: service.clone(), queue }).await.map_err(|e| EnvError::Deployment(e.into()))?;
+    let lifecycle = env.raw("DS_LIFECYCLE_EVENT_BUS").filter(|bus| !bus.is_empty()).map(|bus| {
+        crate::lifecycle::LifecycleEvents::new(aws_sdk_eventbridge::Client::new(&sdk), bus, service.clone())
+    });
+    if lifecycle.is_some() && !registry {
+        return Err(EnvError::Config(ConfigError::invalid(
+            "DS_LIFECYCLE_EVENT_BUS",
+            "lifecycle events are read from the __registry__ stream: DS_REGISTRY must be on",
+        )));
+    }
     let namespace = env.raw("DS_METRICS_NAMESPACE").unwrap_or_else(|| "DurableStreams".to_owned());
     let function = ProcessorFunction::new(FunctionParts {
         aws,
@@ -84,6 +96,10 @@ where
         upkeep: UpkeepPolicy::default(),
         subscriptions: Some(subscriptions),
     });
+    let function = match lifecycle {
+        Some(lifecycle) => function.with_lifecycle(lifecycle),
+        None => function,
+    };
     Ok(match namespace.as_str() {
         "off" => function,
         _ => function.with_metrics(Arc::new(ds_metrics::emf::EmfMetrics::stdout(namespace))),

@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use aws_lambda_events::streams::{DynamoDbBatchItemFailure, DynamoDbEventResponse};
-use ds_core::StreamService;
+use ds_core::{StreamService, REGISTRY_PATH};
 use ds_processor::{JournalError, Recovery, RecoveryError};
 use ds_processor_host::{AlarmScheduler, ProcessorRegistry, StreamRecovery};
 use ds_store_aws::AwsSubstrate;
@@ -29,6 +29,7 @@ use serde_json::Value;
 
 use crate::host::{HostConfig, Processors};
 use crate::lag::{FailureKind, PlaneMetrics};
+use crate::lifecycle::LifecycleEvents;
 use crate::queue::{SendError, SqsQueue};
 use crate::record::{sequence_number_of, Meaning, StreamEvent, StreamKey, StreamRecord};
 use crate::revival::RevivalInput;
@@ -139,6 +140,7 @@ pub struct ProcessorFunction {
     parking: Arc<dyn RecordParking>,
     subscriptions: Option<SubscriptionPlane>,
     metrics: Option<Arc<dyn PlaneMetrics>>,
+    lifecycle: Option<LifecycleEvents>,
 }
 
 /// The doorbells of one stream within a batch.
@@ -178,7 +180,16 @@ impl ProcessorFunction {
             parking,
             subscriptions,
             metrics: None,
+            lifecycle: None,
         }
+    }
+
+    /// Sends each create, close and delete to EventBridge (see
+    /// [`crate::lifecycle`]).
+    #[must_use]
+    pub fn with_lifecycle(mut self, lifecycle: LifecycleEvents) -> Self {
+        self.lifecycle = Some(lifecycle);
+        self
     }
 
     /// Reports lag and failures to `metrics` after every invocation (see
@@ -239,6 +250,8 @@ impl ProcessorFunction {
         let mut bells: HashMap<String, Bell> = HashMap::new();
         // Subscriptions whose record changed, with the first such record.
         let mut subscriptions: BTreeMap<String, String> = BTreeMap::new();
+        // The registry's chunk inserts, one per lifecycle change, in order.
+        let mut changes: Vec<(String, String, u64)> = Vec::new();
         for raw in &event.records {
             let record = match StreamRecord::parse(raw) {
                 Ok(record) => record,
@@ -259,6 +272,9 @@ impl ProcessorFunction {
                 }
                 Ok(Meaning::Doorbell { stream, incarnation, end }) => {
                     let Some(path) = self.resolve(stream, &seq, &mut failed).await else { continue };
+                    if self.lifecycle.is_some() && path == REGISTRY_PATH {
+                        changes.push((seq.clone(), incarnation.clone(), end));
+                    }
                     let bell = bells.entry(path.clone()).or_insert_with(|| {
                         order.push(path);
                         Bell { first_sequence: seq, incarnation: incarnation.clone(), chunks: 0, end: 0 }
@@ -308,6 +324,11 @@ impl ProcessorFunction {
                 .map(|(path, b)| (path.clone(), StreamTail { incarnation: b.incarnation.clone(), tail: b.end }))
                 .collect();
             self.run_subscriptions(plane, &subscriptions, &tails, &bells, &mut failed).await;
+        }
+        if let Some(lifecycle) = &self.lifecycle {
+            if let Some(seq) = send_lifecycle(lifecycle, &changes).await {
+                failed.push(seq);
+            }
         }
         let mut response = DynamoDbEventResponse::default();
         let mut seen = std::collections::HashSet::new();
@@ -416,6 +437,36 @@ impl ProcessorFunction {
             .wake(&input.path, Some(&input.incarnation), deadline_ms)
             .await
             .map_err(|errors| failure(errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")))
+    }
+}
+
+/// Sends the events of the registry changes `(record, incarnation, end)`;
+/// the record of the first change not sent, if any (it and everything after
+/// it come again).
+async fn send_lifecycle(lifecycle: &LifecycleEvents, changes: &[(String, String, u64)]) -> Option<String> {
+    let mut events = Vec::with_capacity(changes.len());
+    let mut of_event = Vec::with_capacity(changes.len());
+    let mut unread = None;
+    for (seq, incarnation, end) in changes {
+        match lifecycle.event_at(incarnation, *end).await {
+            Ok(Some(event)) => {
+                events.push(event);
+                of_event.push(seq);
+            }
+            Ok(None) => tracing::debug!(%seq, end, "a registry chunk that is no lifecycle change"),
+            Err(e) => {
+                tracing::error!(%seq, error = %e, "reading a lifecycle change failed; its record will be retried");
+                unread = Some(seq.clone());
+                break;
+            }
+        }
+    }
+    match lifecycle.send(&events).await {
+        Ok(()) => unread,
+        Err((sent, e)) => {
+            tracing::error!(error = %e, sent, bus = lifecycle.bus(), "sending lifecycle events failed; their records will be retried");
+            of_event.get(sent).map(|seq| (*seq).clone()).or(unread)
+        }
     }
 }
 

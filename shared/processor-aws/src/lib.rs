@@ -18,6 +18,7 @@
 //! | [`record`] | the stream records, parsed one by one, and what each means |
 //! | [`host`] | [`host::Processors`]: the registered processors of a stream, driven to its head within the invocation's deadline, warm between invocations |
 //! | [`journal`] | the journal as a doorbell-driven host reads it (one read per batch) |
+//! | [`lifecycle`] | each create, close and delete sent to EventBridge (optional), from the `__registry__` chunk inserts |
 //! | [`lag`] | each processor's lag and the failures of revivals and tasks, as EMF metric lines |
 //! | [`revival`] | revival alarms on EventBridge Scheduler (the AWS `AlarmScheduler`) |
 //! | [`queue`] | the one SQS sender behind tasks, subscriptions' delayed times and parked records |
@@ -33,6 +34,7 @@ pub mod function;
 pub mod host;
 pub mod journal;
 pub mod lag;
+pub mod lifecycle;
 pub mod queue;
 pub mod record;
 pub mod revival;

@@ -100,6 +100,11 @@ impl Upkeep {
             .release_removed_fork(meta)
             .await
             .map_err(|source| UpkeepError::Release { path: meta.path.to_string(), source })?;
+        let forgotten = self
+            .service
+            .forget_removed(meta)
+            .await
+            .map_err(|source| UpkeepError::Release { path: meta.path.to_string(), source })?;
         self.aws.purge(&meta.path, &meta.incarnation).await.map_err(|source| UpkeepError::Purge {
             path: meta.path.to_string(),
             incarnation: meta.incarnation.to_string(),
@@ -112,7 +117,7 @@ impl Upkeep {
             incarnation: meta.incarnation.to_string(),
             source,
         })?;
-        tracing::info!(path = %meta.path, incarnation = %meta.incarnation, released, "finished a TTL removal");
+        tracing::info!(path = %meta.path, incarnation = %meta.incarnation, released, forgotten, "finished a TTL removal");
         Ok(())
     }
 

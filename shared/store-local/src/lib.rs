@@ -15,7 +15,11 @@
 //!   (the rules of `ds_core::fold`) against the state the earlier ones left,
 //!   stages those that hold, answers the others `Conflict` (they write
 //!   nothing and do not affect the batch), makes the batch durable with ONE
-//!   `fdatasync` and then acknowledges each commit.
+//!   `fdatasync` and then acknowledges each commit. A pipelined append
+//!   carries its prediction's `ds_core::Chain`: once one commit of a chain
+//!   is not applied, the later ones are refused too, because their version
+//!   and tail may name a state another writer left (not the one they were
+//!   planned on).
 //! - **Log first, tables at checkpoints** (modules `wal`, `overlay`, `redo`):
 //!   a batch's staged net writes are appended to `streams.wal` and synced
 //!   (the commit point), then merged into an in-memory overlay that reads

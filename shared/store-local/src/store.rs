@@ -14,7 +14,8 @@ use async_trait::async_trait;
 use bytes::{Bytes, BytesMut};
 use ds_core::fold::NetWrites;
 use ds_core::{
-    Chunk, Commit, PendingCommit, ProducerState, Record, StoreError, StreamHandle, StreamMeta, StreamStore, TrySubmit,
+    Chain, Chunk, Commit, PendingCommit, ProducerState, Record, StoreError, StreamHandle, StreamMeta, StreamStore,
+    TrySubmit,
 };
 use redb::{ReadTransaction, ReadableDatabase};
 use tokio::sync::oneshot;
@@ -134,11 +135,25 @@ impl LocalStore {
     /// reaching the writer), enqueue its net writes on the writer and return
     /// at once: the writer applies jobs in channel order, so pipelined
     /// commits of one stream land in one batch.
-    fn enqueue(&self, commit: Commit) -> Result<PendingCommit, StoreError> {
-        let writes = NetWrites::fold(commit)?;
+    ///
+    /// `chain`: the pipeline the commit is stacked in (see `ds_core::Chain`);
+    /// a commit refused before it reaches the writer breaks it here.
+    fn enqueue(&self, commit: Commit, chain: Option<Chain>) -> Result<PendingCommit, StoreError> {
+        let refused = |chain: &Option<Chain>, e: StoreError| {
+            chain.iter().for_each(Chain::break_off);
+            e
+        };
+        let writes = match NetWrites::fold(commit) {
+            Ok(writes) => writes,
+            Err(e) => return Err(refused(&chain, e)),
+        };
+        let Some(jobs) = self.jobs.as_ref() else {
+            return Err(refused(&chain, StoreError::Unavailable("local store is closing".into())));
+        };
         let (ack, outcome) = oneshot::channel();
-        let jobs = self.jobs.as_ref().ok_or_else(|| StoreError::Unavailable("local store is closing".into()))?;
-        jobs.send(Job { writes, ack }).map_err(|_| StoreError::Unavailable("local store writer has stopped".into()))?;
+        if let Err(unsent) = jobs.send(Job { writes, ack, chain }) {
+            return Err(refused(&unsent.0.chain, StoreError::Unavailable("local store writer has stopped".into())));
+        }
         Ok(PendingCommit::acked(outcome))
     }
 
@@ -335,12 +350,22 @@ impl StreamStore for LocalStore {
 
     /// See [`LocalStore::enqueue`].
     async fn submit(&self, commit: Commit) -> Result<PendingCommit, StoreError> {
-        self.enqueue(commit)
+        self.enqueue(commit, None)
     }
 
     /// Submitting never waits here: the commit is folded and enqueued.
     fn try_submit(&self, commit: Commit) -> TrySubmit {
-        TrySubmit::Submitted(self.enqueue(commit))
+        TrySubmit::Submitted(self.enqueue(commit, None))
+    }
+
+    /// The writer applies commits after `submit` returned, so a pipelined
+    /// append may be stacked on one it will refuse: it checks chains.
+    fn chains_submissions(&self) -> bool {
+        true
+    }
+
+    fn try_submit_chained(&self, commit: Commit, chain: Chain) -> TrySubmit {
+        TrySubmit::Submitted(self.enqueue(commit, Some(chain)))
     }
 
     async fn touch(&self, stream: &StreamHandle, incarnation: &str, at_ms: i64) -> Result<(), StoreError> {

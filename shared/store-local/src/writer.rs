@@ -8,7 +8,9 @@
 //!    order, against the batch's staged writes, the overlay and the tables
 //!    (so they see the earlier commits of the batch);
 //! 2. commits that hold are staged, the others are answered `Conflict` and
-//!    write nothing — a failed commit never affects its neighbours;
+//!    write nothing — a failed commit never affects its neighbours, except
+//!    the later commits of its pipeline chain (`ds_core::Chain`), which are
+//!    refused without being checked;
 //! 3. the staged writes are appended to the log and synced (the commit
 //!    point), merged into the overlay (readers see them), and only then is
 //!    each commit acknowledged (the protocol and recovery: [`crate::redo`]).
@@ -31,7 +33,7 @@ use std::sync::{Arc, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
 use ds_core::fold::NetWrites;
-use ds_core::StoreError;
+use ds_core::{Chain, StoreError};
 use redb::{Durability, ReadableDatabase};
 use tokio::sync::oneshot;
 
@@ -114,6 +116,8 @@ impl Counters {
 pub(crate) struct Job {
     pub writes: NetWrites,
     pub ack: oneshot::Sender<Result<(), StoreError>>,
+    /// The pipeline the commit is stacked in (see `ds_core::Chain`).
+    pub chain: Option<Chain>,
 }
 
 /// What the writer shares with the store's readers.
@@ -144,7 +148,7 @@ pub(crate) fn run(db: Arc<DbHandle>, wal: Wal, next_lsn: u64, jobs: Receiver<Job
             Err(RecvTimeoutError::Timeout) => {
                 // Idle: flush touches and make the tables durable.
                 if !writer.shared.touches.is_empty() {
-                    writer.write_batch(Vec::new(), true);
+                    writer.write_batch(Vec::new(), &[], true);
                     last_flush = Instant::now();
                 }
                 writer.checkpoint();
@@ -169,7 +173,8 @@ pub(crate) fn run(db: Arc<DbHandle>, wal: Wal, next_lsn: u64, jobs: Receiver<Job
             last_flush = Instant::now();
         }
         let commits = batch.iter().map(|j| &j.writes).collect();
-        let outcomes = writer.write_batch(commits, flush);
+        let chains: Vec<Option<&Chain>> = batch.iter().map(|j| j.chain.as_ref()).collect();
+        let outcomes = writer.write_batch(commits, &chains, flush);
         for (job, outcome) in batch.into_iter().zip(outcomes) {
             // The committer may have given up waiting; the outcome stands anyway.
             let _ = job.ack.send(outcome);
@@ -179,7 +184,7 @@ pub(crate) fn run(db: Arc<DbHandle>, wal: Wal, next_lsn: u64, jobs: Receiver<Job
             writer.checkpoint();
         }
     }
-    writer.write_batch(Vec::new(), true);
+    writer.write_batch(Vec::new(), &[], true);
     writer.checkpoint();
     if let Err(e) = writer.wal.truncate_empty() {
         tracing::warn!(error = %e, "local store: could not shrink the emptied log at shutdown");
@@ -278,15 +283,21 @@ impl Writer {
     }
 
     /// Run `commits` (and, if `flush`, the pending touches) as one batch.
-    /// Returns one outcome per commit, in order.
-    fn write_batch(&mut self, commits: Vec<&NetWrites>, flush: bool) -> Vec<Result<(), StoreError>> {
+    /// Returns one outcome per commit, in order. `chains[i]`: the pipeline
+    /// chain of `commits[i]`, broken by every commit not applied.
+    fn write_batch(
+        &mut self,
+        commits: Vec<&NetWrites>,
+        chains: &[Option<&Chain>],
+        flush: bool,
+    ) -> Vec<Result<(), StoreError>> {
         let flushed = if flush { self.shared.touches.snapshot() } else { Vec::new() };
         let counters = Arc::clone(&self.shared.counters);
         counters.commits.fetch_add(commits.len() as u64, Ordering::Relaxed);
         if !commits.is_empty() {
             metrics::histogram!("ds_store_commit_batch_size").record(commits.len() as f64);
         }
-        match self.try_write_batch(&commits, &flushed) {
+        match self.try_write_batch(&commits, chains, &flushed) {
             Ok(done) => {
                 if done.logged {
                     counters.syncs.fetch_add(1, Ordering::Relaxed);
@@ -301,12 +312,20 @@ impl Writer {
                 tracing::error!(error = %error, commits = commits.len(), "local store batch failed");
                 self.needs_recovery |= recover;
                 self.shared.metas.clear();
+                // Nothing of the batch applied (or its outcome is unknown):
+                // what is stacked on it must not apply on another state.
+                chains.iter().flatten().for_each(|c| c.break_off());
                 commits.iter().map(|_| Err(error.clone())).collect()
             }
         }
     }
 
-    fn try_write_batch(&mut self, commits: &[&NetWrites], touches: &[(String, Touch)]) -> Result<Done, Failed> {
+    fn try_write_batch(
+        &mut self,
+        commits: &[&NetWrites],
+        chains: &[Option<&Chain>],
+        touches: &[(String, Touch)],
+    ) -> Result<Done, Failed> {
         let not_written = |error| Failed { error, recover: false };
         self.ready().map_err(not_written)?;
         let tables =
@@ -317,7 +336,14 @@ impl Writer {
         let mut touched: Vec<TouchWrite<'_>> = Vec::new();
         {
             let shared = self.shared.overlay.read().unwrap_or_else(PoisonError::into_inner);
-            for writes in commits {
+            for (i, writes) in commits.iter().enumerate() {
+                let chain = chains.get(i).copied().flatten();
+                // Stacked on a commit this writer did not apply: its version
+                // and tail may name another writer's state (see `Chain`).
+                if chain.is_some_and(Chain::is_broken) {
+                    outcomes.push(Err(StoreError::Conflict));
+                    continue;
+                }
                 // Against the state the earlier commits of the batch left.
                 match writes.check(&Layers { upper: [&staged, &shared], tables }) {
                     Ok(()) => {
@@ -326,7 +352,10 @@ impl Writer {
                         applied.push((writes, metas));
                         outcomes.push(Ok(()));
                     }
-                    Err(conflict) => outcomes.push(Err(conflict)),
+                    Err(conflict) => {
+                        chain.iter().for_each(|c| c.break_off());
+                        outcomes.push(Err(conflict));
+                    }
                 }
             }
             for (path, touch) in touches {

@@ -93,23 +93,22 @@ async fn each_command_against_a_local_server() {
         .unwrap();
     assert_eq!(code(&unreachable), 3, "{}", stderr(&unreachable));
 
-    // ls folds the registry stream's State Protocol messages; with no
-    // registry stream it says why it cannot list.
-    let none = run(s, &["ls"]);
-    assert_eq!(code(&none), 4);
-    assert!(stderr(&none).contains("__registry__"), "{}", stderr(&none));
-    ok(&run(s, &["create", "__registry__", "--json"]));
-    let change = |op: &str, key: &str| {
-        format!(
-            r#"{{"type":"stream","key":"{key}","value":{{"path":"{key}","contentType":"text/plain","createdAt":1}},"headers":{{"operation":"{op}"}}}}"#
-        )
-    };
-    let log =
-        [change("insert", "chat/1"), change("insert", "chat/2"), change("insert", "logs"), change("delete", "chat/2")];
-    ok(&run_with_stdin(s, &["write", "__registry__"], log.join("\n").as_bytes()));
+    // ls folds the server's registry stream: the streams that exist.
     assert_eq!(ok(&run(s, &["ls"])), "chat/1\nlogs\n");
     assert_eq!(ok(&run(s, &["ls", "chat/"])), "chat/1\n");
-    assert_eq!(ok(&run(s, &["--url", &format!("{}/v1/stream", s.base), "ls", "-l", "logs"])), "logs\ttext/plain\t1\n");
+    let long = ok(&run(s, &["--url", &format!("{}/v1/stream", s.base), "ls", "-l", "logs"]));
+    let fields: Vec<&str> = long.trim_end().split('\t').collect();
+    assert_eq!(fields[..2], ["logs", "text/plain"], "{long}");
+    assert!(fields[2].parse::<i64>().is_ok_and(|ms| ms > 1_700_000_000_000), "created at, epoch ms: {long}");
+    assert_eq!(fields.get(3), Some(&"closed"), "logs was closed above: {long}");
+    let open = ok(&run(s, &["ls", "-l", "chat/"]));
+    assert_eq!(open.trim_end().split('\t').count(), 3, "an open stream has no fourth field: {open}");
+    // A server that keeps no registry: ls says why it cannot list (4).
+    let off = vec!["--registry".to_owned(), "off".to_owned()];
+    let bare = Server::start(ServerOpts { extra_args: off, ..ServerOpts::default() }).await.unwrap();
+    let none = run(&bare, &["ls"]);
+    assert_eq!(code(&none), 4);
+    assert!(stderr(&none).contains("__registry__"), "{}", stderr(&none));
 }
 
 /// Reads lines of a following `read` on a thread, so the test can wait with a deadline.

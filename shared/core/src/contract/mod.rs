@@ -34,6 +34,7 @@ mod contiguous;
 pub mod fixtures;
 mod forks;
 mod keyed;
+mod listing;
 mod pipeline;
 mod records;
 mod restart;
@@ -51,6 +52,7 @@ pub use concurrency::{concurrent_appends_one_stream, concurrent_commits_all_or_n
 pub use contiguous::{read_contiguous_ranges, read_contiguous_repeated_and_deleted, read_contiguous_served};
 pub use forks::fork_peer_reads_named_incarnation;
 pub use keyed::{record_atomic_with_append, record_preconditions, record_writers_race, records_wiped_with_incarnation};
+pub use listing::{registry_concurrent_services, registry_lists_lifecycle};
 pub use pipeline::{submit_is_ordered, version_pins_incarnation};
 pub use records::{
     list_streams_by_prefix, list_streams_pages, meta_roundtrip, read_chunks_ranges, rich_meta,
@@ -134,6 +136,8 @@ macro_rules! contract_suite {
             hub_deadline,
             mutex_serializes,
             registry_bounded,
+            registry_lists_lifecycle,
+            registry_concurrent_services,
             scheduler_accepts_calls,
         );
     };

@@ -8,6 +8,7 @@ use ds_protocol::headers::{content_types_match, is_json, ProducerHeaders};
 use ds_protocol::json::{self, EmptyArray};
 use ds_protocol::producer::{decide, Decision, State};
 
+use super::registry::Change;
 use super::trace::Written;
 use super::{Plan, Predicted, Reads, ServiceError, ServiceResult, StreamService};
 use crate::{
@@ -75,6 +76,7 @@ impl StreamService {
         if req.body.is_empty() && !req.close {
             return Err(ServiceError::BadRequest("empty body (only a close may be empty)".into()));
         }
+        self.refuse_registry_write(&req.path)?;
         let stream = self.sub.registry.enter(&req.path);
         if let Some(context) = req.trace_context.as_deref() {
             // Boxed, and apart: the untraced append's future and code stay
@@ -153,7 +155,14 @@ impl StreamService {
                 return Err(ServiceError::Conflict(format!("Stream-Seq {seq:?} is not greater than {last:?}")));
             }
         }
-        Ok(self.append_plan(req, meta, data, accepted))
+        let mut plan = self.append_plan(req, meta, data, accepted);
+        if req.close {
+            // The stream was open (checked above): its close is listed in this commit.
+            if let Plan::Commit { commit, value, registry, .. } = &mut plan {
+                *registry = self.plan_registry(commit, Change::Closed(value.meta())).await?;
+            }
+        }
+        Ok(plan)
     }
 
     /// The producer's verdict on this request (`Accept(None)` without a
@@ -247,6 +256,7 @@ impl StreamService {
             deleted: Vec::new(),
             predicted: Some(Predicted { meta: AppendOutcome::meta, producer }),
             value: AppendOutcome::Appended { meta: next, producer: accepted, start: tail },
+            registry: None,
         }
     }
 }

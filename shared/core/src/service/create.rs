@@ -8,6 +8,7 @@ use ds_protocol::json::{self, EmptyArray};
 use ds_protocol::{path, Offset};
 
 use super::read::Cut;
+use super::registry::Change;
 use super::{Plan, ServiceError, ServiceResult, StreamService};
 use crate::{Chunk, Commit, Expect, ForkOrigin, Op, StreamHandle, StreamMeta};
 
@@ -46,6 +47,12 @@ impl StreamService {
             path::validate(&fork.source)?;
             if fork.source == req.path {
                 return Err(ServiceError::BadRequest("a stream cannot fork itself".into()));
+            }
+        }
+        self.refuse_registry_write(&req.path)?;
+        if let Some(fork) = &req.fork {
+            if self.keeps_registry() && fork.source == super::REGISTRY_PATH {
+                return Err(ServiceError::Reserved(format!("{} cannot be forked", super::REGISTRY_PATH)));
             }
         }
         let outcome = self.mutate(&stream, |_| self.plan_create(&stream, &req)).await?;
@@ -120,11 +127,14 @@ impl StreamService {
                 chunk: Chunk { start: base, data },
             });
         }
+        // Last: the registry's lock is taken only once the create will commit.
+        let registry = self.plan_registry(&mut commit, Change::Created(&meta)).await?;
         Ok(Plan::Commit {
             commit,
             publish: Some(crate::TailSignal::of(&meta)),
             deleted: Vec::new(),
             value: CreateOutcome { created: true, meta },
+            registry,
             predicted: None,
         })
     }

@@ -3,6 +3,7 @@
 use futures::future::BoxFuture;
 use futures::FutureExt;
 
+use super::registry::Change;
 use super::{Plan, ServiceResult, StreamService};
 use crate::{Commit, Expect, Op, Record, RecordExpect, StreamMeta};
 
@@ -19,6 +20,7 @@ impl StreamService {
 
     pub async fn delete(&self, path: &str) -> ServiceResult<()> {
         ds_protocol::path::validate(path)?;
+        self.refuse_registry_write(path)?;
         let stream = self.sub.registry.enter(path);
         self.mutate(&stream, |reads| {
             let stream = &stream;
@@ -33,6 +35,9 @@ impl StreamService {
     /// Delete `meta`: soft when forks still reference it, otherwise hard,
     /// releasing its source's reference (and collecting soft-deleted
     /// ancestors whose last reference this was) in the same commit.
+    /// Either way the stream leaves the registry in the same commit (a
+    /// soft-deleted stream no longer exists to clients; the sources a cascade
+    /// collects left it when they were soft-deleted).
     async fn plan_delete(&self, meta: StreamMeta) -> ServiceResult<Plan<()>> {
         let mut commit = Commit::new();
         if meta.ref_count > 0 {
@@ -40,7 +45,15 @@ impl StreamService {
             soft.soft_deleted = true;
             soft.version += 1;
             commit.push(Op::PutMeta { meta: soft.clone(), expect: Expect::Version(meta.version) });
-            return Ok(Plan::Commit { commit, publish: None, deleted: vec![soft], value: (), predicted: None });
+            let registry = self.plan_registry(&mut commit, Change::Deleted(&meta.path)).await?;
+            return Ok(Plan::Commit {
+                commit,
+                publish: None,
+                deleted: vec![soft],
+                value: (),
+                predicted: None,
+                registry,
+            });
         }
         let mut deleted = vec![meta.clone()];
         commit.push(Op::DeleteStream {
@@ -48,8 +61,10 @@ impl StreamService {
             incarnation: meta.incarnation.clone(),
             expect_version: meta.version,
         });
+        let path = meta.path.clone();
         self.release_sources(&mut commit, &mut deleted, meta, None).await?;
-        Ok(Plan::Commit { commit, publish: None, deleted, value: (), predicted: None })
+        let registry = self.plan_registry(&mut commit, Change::Deleted(&path)).await?;
+        Ok(Plan::Commit { commit, publish: None, deleted, value: (), predicted: None, registry })
     }
 
     /// Adds to `commit` the release of the reference `child` (gone, or going
@@ -129,7 +144,39 @@ impl StreamService {
                 }
                 let (mut commit, mut deleted) = (Commit::new(), Vec::new());
                 self.release_sources(&mut commit, &mut deleted, removed.clone(), Some(marker)).await?;
-                Ok(Plan::Commit { commit, publish: None, deleted, value: true, predicted: None })
+                Ok(Plan::Commit { commit, publish: None, deleted, value: true, predicted: None, registry: None })
+            }
+        })
+        .await
+    }
+
+    /// A stream whose meta record vanished without a delete (AWS: the
+    /// table's TTL backstop removed it) leaves the registry, exactly once
+    /// however often this runs for `removed` (a marker record on the
+    /// registry says it happened), and not at all when the path holds a
+    /// stream again (its create's entry stands). Returns whether this call
+    /// removed the entry.
+    pub async fn forget_removed(&self, removed: &StreamMeta) -> ServiceResult<bool> {
+        let stream = self.sub.registry.enter(&removed.path);
+        self.mutate(&stream, |_| {
+            let stream = &stream;
+            async move {
+                if self.sub.store.read_meta(stream).await?.is_some() {
+                    return Ok(Plan::Done(false));
+                }
+                let mut commit = Commit::new();
+                let change = Change::Removed { path: &removed.path, incarnation: &removed.incarnation };
+                Ok(match self.plan_registry(&mut commit, change).await? {
+                    None => Plan::Done(false),
+                    registry => Plan::Commit {
+                        commit,
+                        publish: None,
+                        deleted: Vec::new(),
+                        value: true,
+                        predicted: None,
+                        registry,
+                    },
+                })
             }
         })
         .await

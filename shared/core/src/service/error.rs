@@ -41,6 +41,10 @@ pub enum ServiceError {
     /// the new one as if it were the old.
     #[error("stream incarnation changed (expected {expected}, found {found})")]
     IncarnationChanged { expected: String, found: String },
+    /// 403: the path is the server's own (`__registry__`): clients read it,
+    /// only the server writes it.
+    #[error("{0}")]
+    Reserved(String),
     /// 503: too many concurrent writers kept invalidating this request's read.
     #[error("too much contention on this stream, retry")]
     Contention,

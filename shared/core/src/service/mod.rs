@@ -10,6 +10,7 @@ mod delete;
 mod error;
 mod journal;
 mod read;
+mod registry;
 mod speculation;
 mod sse;
 mod trace;
@@ -23,6 +24,7 @@ pub use create::{CreateOutcome, CreateRequest, ForkRequest};
 pub use error::{ServiceError, ServiceResult};
 pub use journal::JournalPage;
 pub use read::{LiveMode, ReadOutcome, ReadRequest};
+pub use registry::REGISTRY_PATH;
 pub use sse::SseStream;
 pub use trace::{TRACE_RING_KEY, TRACE_RING_LEN};
 
@@ -41,6 +43,9 @@ pub struct ServiceConfig {
     pub sse_max_duration: Duration,
     /// Commit attempts before a contended mutation gives up with 503.
     pub max_commit_attempts: u32,
+    /// Keep the `__registry__` stream (every create and delete appends to
+    /// it in its own commit; see `registry.rs`). Off: the path is ordinary.
+    pub registry: bool,
 }
 
 impl Default for ServiceConfig {
@@ -50,6 +55,7 @@ impl Default for ServiceConfig {
             long_poll_timeout: Duration::from_secs(20),
             sse_max_duration: Duration::from_secs(60),
             max_commit_attempts: 64,
+            registry: true,
         }
     }
 }
@@ -90,9 +96,24 @@ pub(crate) enum Plan<T> {
         /// Appends only: the state to plan the next append on while this
         /// commit is in flight.
         predicted: Option<Predicted<T>>,
+        /// The `__registry__` change the commit carries (creates, deletes,
+        /// closes): its lock is held until the commit resolved, and its
+        /// readers are woken once it applied.
+        registry: Option<registry::RegistryWrite>,
     },
     /// Nothing to write; return `T` as is.
     Done(T),
+}
+
+/// The state an append's commit was planned on, as its precondition names
+/// it (`Expect::VersionAt`): `(incarnation, version, tail)`.
+fn planned_on(commit: &Commit) -> Option<(&str, u64, u64)> {
+    commit.ops.iter().find_map(|op| match op {
+        crate::Op::PutMeta { meta, expect: crate::Expect::VersionAt { version, tail } } => {
+            Some((&*meta.incarnation, *version, *tail))
+        }
+        _ => None,
+    })
 }
 
 /// The state an append predicts for its stream (and producer) once its
@@ -254,10 +275,10 @@ impl StreamService {
                 }
                 other => other?,
             };
-            let (commit, publish, deleted, value, predicted) = match planned {
+            let (commit, publish, deleted, value, predicted, registry) = match planned {
                 Plan::Done(value) => return Ok(value),
-                Plan::Commit { commit, publish, deleted, value, predicted } => {
-                    (commit, publish, deleted, value, predicted)
+                Plan::Commit { commit, publish, deleted, value, predicted, registry } => {
+                    (commit, publish, deleted, value, predicted, registry)
                 }
             };
             // A commit that changes a meta with commits in flight must keep
@@ -267,9 +288,22 @@ impl StreamService {
                 Some(_) => Vec::new(),
                 None => commit.meta_paths().map(Arc::from).collect(),
             };
+            // An append joins its stream's pipeline chain (see `Chain`): if a
+            // commit it may be stacked on is refused, so is it, even when
+            // another writer left a state of the same version and tail.
+            let chain = match (&predicted, planned_on(&commit)) {
+                (Some(_), Some(base)) if self.sub.store.chains_submissions() => {
+                    Some(self.speculation.chain(path, base))
+                }
+                _ => None,
+            };
             // Submit under the lock (so submissions are ordered), then wait for
             // durability without it, letting the next append stack on top.
-            let submitted = match self.sub.store.try_submit(commit) {
+            let tried = match &chain {
+                Some(chain) => self.sub.store.try_submit_chained(commit, chain.clone()),
+                None => self.sub.store.try_submit(commit),
+            };
+            let submitted = match tried {
                 crate::TrySubmit::Submitted(submitted) => submitted,
                 crate::TrySubmit::WouldWait(commit) => self.sub.store.submit(commit).await,
             };
@@ -302,17 +336,24 @@ impl StreamService {
             let predicted = if applied.is_none() || self.speculation.in_flight(path) { predicted } else { None };
             // A prediction is of `stream` itself (an append's next meta).
             let in_flight = predicted.map(|p| {
-                self.speculation.submitted((p.meta)(&value).clone(), p.producer);
-                speculation::InFlight::new(&self.speculation, path)
+                let meta = (p.meta)(&value);
+                let in_flight = speculation::InFlight::new(&self.speculation, meta.path.clone());
+                self.speculation.submitted(meta.clone(), p.producer, chain);
+                in_flight
             });
             drop(guard);
-            let result = match applied {
-                Some(result) => result,
-                None => pending.await,
+            let result = match (applied, in_flight) {
+                (Some(result), in_flight) => {
+                    if let Some(in_flight) = in_flight {
+                        in_flight.finished(result.is_ok());
+                    }
+                    result
+                }
+                // Owned by the prediction's share while awaited: dropped
+                // here, the share lasts until the commit is decided.
+                (None, Some(in_flight)) => in_flight.resolve(pending).await,
+                (None, None) => pending.await,
             };
-            if let Some(in_flight) = in_flight {
-                in_flight.finished(result.is_ok());
-            }
             if let Err(e) = result {
                 self.retry_or_fail(path, attempt, e).await?;
                 continue;
@@ -323,6 +364,7 @@ impl StreamService {
             if let Some(signal) = publish {
                 self.sub.hub.publish(stream, signal);
             }
+            self.publish_registry(registry);
             for meta in &deleted {
                 let mut signal = crate::TailSignal::of(meta);
                 signal.deleted = true;

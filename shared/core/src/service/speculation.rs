@@ -10,12 +10,24 @@
 //! prediction fails its commit instead of leaving a gap. Outcomes that write
 //! nothing are never answered from a prediction (`StreamService::mutate` re-plans them with
 //! consistent reads), so nothing is acknowledged before it is durable.
+//!
+//! Version and tail name a state, but do not identify it: another writer (a
+//! second process over the same store, or a commit of this service that a
+//! drained prediction no longer counts, e.g. one whose caller went away)
+//! can leave another state under the same version and tail. A commit stacked
+//! on a refused one would then pass its precondition against that state.
+//! So every commit recorded in one prediction carries the prediction's
+//! [`Chain`], and a store that applies commits after submitting them refuses
+//! the rest of a chain once one of its commits was not applied.
 
 use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::Poll;
 
-use crate::{ProducerState, StreamMeta};
+use crate::{Chain, PendingCommit, ProducerState, StoreError, StreamMeta};
 
 /// One stream's prediction.
 struct Prediction {
@@ -25,6 +37,9 @@ struct Prediction {
     /// A stacked commit failed: later predictions may be wrong, so planning
     /// goes back to the store until the pipeline drains.
     poisoned: bool,
+    /// What the commits recorded here were submitted with (`None`: the
+    /// store does not chain them).
+    chain: Option<Chain>,
 }
 
 /// Predictions per stream path; an entry lives while commits are in flight.
@@ -57,6 +72,28 @@ impl Speculation {
         }
     }
 
+    /// The chain for a commit of `path` about to be submitted, planned on
+    /// `base` (the `(incarnation, version, tail)` its precondition names):
+    /// the prediction's if the
+    /// prediction is that state — planned on it, even if it was poisoned
+    /// since — else a new one, which the commit's [`Self::submitted`] makes
+    /// the prediction's if there is none. A commit planned on the store
+    /// beside a poisoned prediction is not refused for the prediction's
+    /// failures.
+    pub fn chain(&self, path: &str, base: (&str, u64, u64)) -> Chain {
+        let existing = if self.entries.load(Ordering::Acquire) == 0 {
+            None
+        } else {
+            self.streams.lock().ok().and_then(|map| {
+                let p = map.get(path)?;
+                let (incarnation, version, tail) = base;
+                let on = p.meta.version == version && p.meta.tail == tail && *p.meta.incarnation == *incarnation;
+                on.then(|| p.chain.clone()).flatten()
+            })
+        };
+        existing.unwrap_or_default()
+    }
+
     /// The predicted meta of `path`, if a healthy prediction exists.
     pub fn meta(&self, path: &str) -> Option<StreamMeta> {
         let map = self.streams.lock().ok()?;
@@ -72,7 +109,8 @@ impl Speculation {
 
     /// Record a submitted (not yet durable) commit's resulting state. Takes
     /// it by value: appends hand over their prediction (no copy per append).
-    pub fn submitted(&self, meta: StreamMeta, producer: Option<(String, ProducerState)>) {
+    /// `chain`: what the commit was submitted with (see [`Self::chain`]).
+    pub fn submitted(&self, meta: StreamMeta, producer: Option<(String, ProducerState)>, chain: Option<Chain>) {
         let Ok(mut map) = self.streams.lock() else {
             return;
         };
@@ -99,7 +137,7 @@ impl Speculation {
             return;
         }
         let producers = producer.into_iter().collect();
-        map.insert(meta.path.clone(), Prediction { meta, producers, in_flight: 1, poisoned: false });
+        map.insert(meta.path.clone(), Prediction { meta, producers, in_flight: 1, poisoned: false, chain });
         self.entries.store(map.len(), Ordering::Release);
     }
 
@@ -120,31 +158,64 @@ impl Speculation {
     }
 }
 
-/// A submitted commit's share of its stream's prediction, given back with
-/// [`Self::finished`] once the commit resolves — or, if the mutation is
-/// dropped before (its caller went away while the commit was queued), as
-/// failed on drop: otherwise the entry would never drain, and a prediction
-/// that outlives a failure stays poisoned for good.
-pub(crate) struct InFlight<'a> {
-    speculation: &'a Speculation,
-    path: &'a str,
+/// A submitted commit's share of its stream's prediction, given back once
+/// the commit is decided ([`Self::resolve`] awaits it).
+///
+/// If the mutation is dropped while the commit is queued (its caller went
+/// away), the commit may still apply, so it keeps counting as in flight
+/// until the store decides it: a task awaits it, then gives the share back.
+/// Counted as finished at once, it let the prediction drain while it was
+/// still queued, and the next prediction — started by a commit planned on
+/// the drained one, so its meta included the dropped commit — did not list
+/// that commit's producer state: a retry of the dropped append read the
+/// producer's older state from the store, was accepted, and applied twice
+/// (found by `one_service_with_cancelled_appends_applies_each_once`).
+pub(crate) struct InFlight {
+    speculation: Arc<Speculation>,
+    path: Arc<str>,
+    /// The commit, while [`Self::resolve`] awaits it.
+    pending: Option<PendingCommit>,
     ok: bool,
 }
 
-impl<'a> InFlight<'a> {
-    pub fn new(speculation: &'a Speculation, path: &'a str) -> Self {
-        Self { speculation, path, ok: false }
+impl InFlight {
+    pub fn new(speculation: &Arc<Speculation>, path: Arc<str>) -> Self {
+        Self { speculation: Arc::clone(speculation), path, pending: None, ok: false }
     }
 
-    /// The commit resolved (`ok`: durable).
+    /// The commit resolved (`ok`: durable) without waiting.
     pub fn finished(mut self, ok: bool) {
         self.ok = ok;
     }
+
+    /// Wait for `pending`, then give the share back with its outcome.
+    pub async fn resolve(mut self, pending: PendingCommit) -> Result<(), StoreError> {
+        self.pending = Some(pending);
+        let result = std::future::poll_fn(|cx| match self.pending.as_mut() {
+            Some(pending) => Pin::new(pending).poll(cx),
+            None => Poll::Ready(Err(StoreError::backend("pipelined commit", "awaited after it resolved"))),
+        })
+        .await;
+        self.pending = None;
+        self.ok = result.is_ok();
+        result
+    }
 }
 
-impl Drop for InFlight<'_> {
+impl Drop for InFlight {
     fn drop(&mut self) {
-        self.speculation.finished(self.path, self.ok);
+        if let Some(pending) = self.pending.take() {
+            // Dropped while queued: the outcome decides, not the caller.
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                let (speculation, path) = (Arc::clone(&self.speculation), Arc::clone(&self.path));
+                runtime.spawn(async move {
+                    let ok = pending.await.is_ok();
+                    speculation.finished(&path, ok);
+                });
+                return;
+            }
+        }
+        self.speculation.finished(&self.path, self.ok);
     }
 }
 
@@ -159,8 +230,8 @@ mod tests {
     #[test]
     fn a_commit_planned_on_the_prediction_extends_it() {
         let spec = Speculation::default();
-        spec.submitted(meta(124, 100), None);
-        spec.submitted(meta(125, 200), None);
+        spec.submitted(meta(124, 100), None, None);
+        spec.submitted(meta(125, 200), None, None);
         assert_eq!(spec.meta("s").map(|m| (m.version, m.tail)), Some((125, 200)));
         spec.finished("s", true);
         spec.finished("s", true);
@@ -172,7 +243,7 @@ mod tests {
         let spec = Speculation::default();
         assert!(!spec.in_flight("s"));
         spec.poison("s");
-        spec.submitted(meta(124, 100), None);
+        spec.submitted(meta(124, 100), None, None);
         assert!(spec.in_flight("s"));
         spec.poison("s");
         assert!(spec.meta("s").is_none());
@@ -181,15 +252,54 @@ mod tests {
     }
 
     #[test]
-    fn a_submission_dropped_before_it_resolves_counts_as_failed() {
-        let spec = Speculation::default();
-        spec.submitted(meta(124, 100), None);
-        let dropped = InFlight::new(&spec, "s");
-        spec.submitted(meta(125, 200), None);
-        InFlight::new(&spec, "s").finished(true);
+    fn a_submission_given_up_before_it_was_awaited_counts_as_failed() {
+        let spec = Arc::new(Speculation::default());
+        spec.submitted(meta(124, 100), None, None);
+        let dropped = InFlight::new(&spec, "s".into());
+        spec.submitted(meta(125, 200), None, None);
+        InFlight::new(&spec, "s".into()).finished(true);
         assert!(spec.in_flight("s"));
         drop(dropped);
         assert!(!spec.in_flight("s"), "drained: the next plan reads the store");
+    }
+
+    /// A caller that goes away while its commit is queued: the commit
+    /// keeps counting (its prediction stays whole) until the store decides.
+    #[tokio::test]
+    async fn a_commit_whose_caller_went_away_counts_until_it_is_decided() {
+        let spec = Arc::new(Speculation::default());
+        spec.submitted(meta(124, 100), Some(("p".into(), ProducerState { epoch: 0, last_seq: 3 })), None);
+        let (ack, outcome) = tokio::sync::oneshot::channel();
+        let waiting = InFlight::new(&spec, "s".into()).resolve(PendingCommit::acked(outcome));
+        let mut waiting = Box::pin(waiting);
+        let noop = &mut std::task::Context::from_waker(std::task::Waker::noop());
+        assert!(waiting.as_mut().poll(noop).is_pending());
+        drop(waiting);
+        assert_eq!(spec.producer("s", "i", "p").map(|p| p.last_seq), Some(3), "still predicted while queued");
+        ack.send(Ok(())).ok();
+        for _ in 0..100 {
+            if !spec.in_flight("s") {
+                return;
+            }
+            tokio::task::yield_now().await;
+        }
+        panic!("the prediction drains once the commit is decided");
+    }
+
+    /// Every commit planned on one prediction is submitted in its chain,
+    /// also one planned on it just before it was poisoned; one planned on
+    /// another state, or after the pipeline drained, gets a new chain.
+    #[test]
+    fn the_commits_planned_on_one_prediction_share_its_chain() {
+        let spec = Speculation::default();
+        let first = spec.chain("s", ("i", 123, 0));
+        spec.submitted(meta(124, 100), None, Some(first.clone()));
+        assert!(spec.chain("s", ("i", 124, 100)).same(&first));
+        assert!(!spec.chain("s", ("i", 124, 90)).same(&first), "planned on the store's state, not this one");
+        spec.poison("s");
+        assert!(spec.chain("s", ("i", 124, 100)).same(&first), "planned on the prediction before the poison");
+        spec.finished("s", true);
+        assert!(!spec.chain("s", ("i", 124, 100)).same(&first), "a new pipeline, a new chain");
     }
 
     /// The interleaving the kill -9 campaign found: X (v123 -> v124, tail
@@ -198,13 +308,13 @@ mod tests {
     #[test]
     fn a_commit_planned_beside_the_prediction_poisons_it() {
         let spec = Speculation::default();
-        spec.submitted(meta(124, 39_204), None);
-        spec.submitted(meta(124, 39_210), None);
+        spec.submitted(meta(124, 39_204), None, None);
+        spec.submitted(meta(124, 39_210), None, None);
         assert!(spec.meta("s").is_none(), "planning goes back to the store");
         spec.finished("s", true);
         assert!(spec.meta("s").is_none(), "until the pipeline drains");
         spec.finished("s", false);
-        spec.submitted(meta(125, 39_440), None);
+        spec.submitted(meta(125, 39_440), None, None);
         assert_eq!(spec.meta("s").map(|m| m.version), Some(125), "a fresh pipeline predicts again");
     }
 }
