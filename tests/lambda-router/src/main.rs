@@ -34,7 +34,8 @@ async fn main() -> anyhow::Result<()> {
     if !bind.ip().is_loopback() {
         bail!("{bind} is not a loopback address: this bench harness serves 127.0.0.0/8 only");
     }
-    lambda_http_fn::init_logs();
+    // Kept while the process lives (span export, when OTEL_* asks for it).
+    let _telemetry = lambda_http_fn::init_logs()?;
     let router = lambda_http_fn::router_from_env().await?;
     let listener = tokio::net::TcpListener::bind(bind).await.with_context(|| format!("binding {bind}"))?;
     axum::serve(listener, router).await?;
