@@ -317,8 +317,31 @@ pub trait HubSubscription: Send {
     /// Wait until the stream may differ from `seen` (tail beyond it, closed,
     /// deleted, another incarnation) or until `deadline`. Returns `true` when
     /// woken, `false` at the deadline. Spurious `true` is allowed: the caller
-    /// always re-reads the store.
+    /// always re-reads the stream's state (the store, or
+    /// [`Self::fresh_meta`]).
     async fn changed(&mut self, seen: &TailSignal, deadline: Instant) -> bool;
+
+    /// The stream's meta as a consistent read of the store *begun after this
+    /// subscription was created* found it (or a later version of the same
+    /// incarnation), when the hub shares such reads among the process's
+    /// readers; `None`: read the store yourself.
+    ///
+    /// Why: a live reader parked at the tail re-issues its long-poll (or its
+    /// SSE connection steps) again and again, and each would otherwise be a
+    /// store read of its own — 1,000 idle readers, 1,000 times the reads of
+    /// one. A read begun after the subscription (which the core creates when
+    /// the request arrives) is as good as the reader's own: its answer is
+    /// current at a moment inside the request, so an up-to-date answer from
+    /// it is never stale (a meta cached from before the request could be,
+    /// across processes). `at` is the position the reader waits at (`None`:
+    /// `offset=now`): a hub may wait up to about one poll interval for such a
+    /// read, and answers `None` at once when waiting would only delay data
+    /// it knows exists (the last tail it saw is past `at`). The default
+    /// (in-process hubs, whose store reads cost nothing): `None`.
+    async fn fresh_meta(&mut self, at: Option<u64>) -> Option<StreamMeta> {
+        let _ = at;
+        None
+    }
 }
 
 /// Fires a callback at a future time so expired streams get cleaned up.

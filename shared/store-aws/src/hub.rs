@@ -11,19 +11,43 @@
 //! commits are published; remote ones are read by a poll that starts after
 //! the subscription exists. The poller runs while the stream has subscribers
 //! and stops within one interval after the last one is dropped.
+//!
+//! What an idle reader costs: the poller's reads, shared by every reader of
+//! the stream in the process — `60 s / poll.max` consistent `GetItem`s a
+//! minute (120 at the default 500 ms, 1 RCU each) for 1 reader or 1,000.
+//! A reader's own requests stay off DynamoDB while it waits at the tail:
+//! [`HubSubscription::fresh_meta`] hands the core the meta as the first
+//! read *begun after the reader subscribed* found it (the poller's next
+//! poll, or any consistent read of this process), so its answer is current
+//! at a moment inside the request — never a view from before the request,
+//! which another process's acknowledged append could already have passed.
+//! A re-issued long-poll, an SSE connection's next step and the re-read
+//! after a wake all start from it. Each cached meta records which read
+//! vouches for it (`CachedMeta::vouched_by`): a read that returned it, or
+//! one that returned an older version (so it became current later), which
+//! is also how this process's own commits inherit a poll's vouching.
+//!
+//! The trade-offs: a reader that arrives at the tail waits up to one poll
+//! interval before its first answer (data appended meanwhile in another
+//! process reaches it then — the same bound as any cross-process wake); a
+//! reader whose offset is behind the tail this process last saw reads at
+//! once (it has data to fetch, and is not idle). `poll.max` trades wake
+//! latency for reads: a commit made in another process is seen here within
+//! one interval (p50 ≈ half of it plus a round trip), and halving it doubles
+//! the reads. A commit in this process wakes its readers at once.
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use ds_core::{HubSubscription, StreamHandle, StreamHub, TailSignal};
+use ds_core::{HubSubscription, StreamHandle, StreamHub, StreamMeta, TailSignal};
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::debug;
 
 use crate::backend::Backend;
-use crate::registry::StreamCtx;
+use crate::registry::{Freshness, StreamCtx};
 use crate::store::fetch_meta;
 
 pub struct PollHub {
@@ -40,6 +64,8 @@ impl StreamHub for PollHub {
     fn subscribe(&self, stream: &StreamHandle) -> Box<dyn HubSubscription> {
         let ctx = self.b.registry.context_of(stream);
         let rx = ctx.signal.subscribe();
+        // Before the poller may start: a read it begins from now on is later.
+        let since = ctx.reads_begun();
         {
             let mut running = ctx.poller_running.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             ctx.subscribers.fetch_add(1, Ordering::SeqCst);
@@ -48,7 +74,10 @@ impl StreamHub for PollHub {
                 tokio::spawn(poll_loop(Arc::clone(&self.b), Arc::downgrade(&ctx)));
             }
         }
-        Box::new(PollSubscription { ctx, rx, last_woken: None })
+        // Twice the longest interval plus a slow round trip: past it, the
+        // poller is failing or starved, and the reader reads on its own.
+        let fresh_within = self.b.cfg.poll.max.saturating_mul(2) + Duration::from_secs(1);
+        Box::new(PollSubscription { ctx, rx, last_woken: None, since, fresh_within })
     }
 }
 
@@ -58,6 +87,11 @@ struct PollSubscription {
     /// The signal we last woke for when it named another incarnation, so a
     /// stale value cannot wake the same waiter over and over.
     last_woken: Option<TailSignal>,
+    /// The context's read count when this subscription was made: only a
+    /// read numbered above it may answer [`HubSubscription::fresh_meta`].
+    since: u64,
+    /// How long `fresh_meta` waits for such a read before giving up.
+    fresh_within: Duration,
 }
 
 impl Drop for PollSubscription {
@@ -91,6 +125,29 @@ impl HubSubscription for PollSubscription {
                     }
                 }
                 () = tokio::time::sleep_until(deadline) => return false,
+            }
+        }
+    }
+
+    /// See the module docs. Waits only when the reader is at (or past) the
+    /// tail this process last saw; never longer than `fresh_within`.
+    async fn fresh_meta(&mut self, at: Option<u64>) -> Option<StreamMeta> {
+        let mut moves = self.ctx.watch_cache();
+        let give_up = Instant::now() + self.fresh_within;
+        loop {
+            match self.ctx.fresh_since(self.since) {
+                Freshness::Current(meta) => return Some(*meta),
+                Freshness::Absent => return None,
+                Freshness::Older { tail: Some(tail) } if at.is_some_and(|at| at < tail) => return None,
+                Freshness::Older { .. } => {}
+            }
+            tokio::select! {
+                r = moves.changed() => {
+                    if r.is_err() {
+                        return None;
+                    }
+                }
+                () = tokio::time::sleep_until(give_up) => return None,
             }
         }
     }

@@ -8,7 +8,7 @@
 //! the map is the sole owner (`Arc::strong_count == 1`), under the map lock.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
@@ -25,12 +25,28 @@ pub struct CachedMeta {
     pub commit_id: Option<String>,
     /// When DynamoDB last confirmed this record (read, commit, lost race).
     pub confirmed_at: Instant,
+    /// The latest consistent read of the meta ([`StreamCtx::begin_read`]'s
+    /// number; 0: none) that vouches for this record: it was begun before
+    /// this record was current, so the record was current at some moment
+    /// after that read began. See [`StreamCtx::fresh_since`].
+    pub vouched_by: u64,
 }
 
 impl CachedMeta {
     pub fn new(meta: StreamMeta, commit_id: Option<String>) -> Self {
-        Self { meta, commit_id, confirmed_at: Instant::now() }
+        Self { meta, commit_id, confirmed_at: Instant::now(), vouched_by: 0 }
     }
+}
+
+/// [`StreamCtx::fresh_since`]'s answer.
+#[derive(Debug)]
+pub enum Freshness {
+    /// The cached meta, current at a moment after the read named began.
+    Current(Box<StreamMeta>),
+    /// A read begun after it found no meta item.
+    Absent,
+    /// Nothing that recent; `tail`: the cached meta's, if any.
+    Older { tail: Option<u64> },
 }
 
 /// One stream's per-process state.
@@ -53,6 +69,12 @@ pub struct StreamCtx {
     pub signal: watch::Sender<Option<TailSignal>>,
     pub subscribers: AtomicUsize,
     pub poller_running: Mutex<bool>,
+    /// Consistent reads of the meta begun by this process (numbers them).
+    reads_begun: AtomicU64,
+    /// Bumped on every change of the cache, for [`Self::fresh_since`]'s waiters.
+    cache_moves: watch::Sender<u64>,
+    /// The read that found no meta item, while the cache says so (0: none).
+    absent_vouched_by: AtomicU64,
     /// The expiry alarm this process armed: `(incarnation, at_ms)`.
     alarm: Mutex<Option<(String, i64)>>,
     /// Last `touched_at_ms` this process wrote (or saw committed).
@@ -110,6 +132,9 @@ impl StreamCtx {
             signal: watch::channel(None).0,
             subscribers: AtomicUsize::new(0),
             poller_running: Mutex::new(false),
+            reads_begun: AtomicU64::new(0),
+            cache_moves: watch::channel(0).0,
+            absent_vouched_by: AtomicU64::new(0),
             alarm: Mutex::new(None),
             last_touch_written: AtomicI64::new(i64::MIN),
             last_used: Mutex::new(Instant::now()),
@@ -129,6 +154,79 @@ impl StreamCtx {
         let mut slot = lock(&self.cache);
         lock(&self.producers).follow(cached.as_ref().map(tag_of));
         *slot = cached;
+        self.absent_vouched_by.store(0, Ordering::SeqCst);
+        drop(slot);
+        self.cache_moved();
+    }
+
+    /// Number a consistent read of the meta about to be sent (for
+    /// [`Self::remember_read`]).
+    pub fn begin_read(&self) -> u64 {
+        self.reads_begun.fetch_add(1, Ordering::SeqCst) + 1
+    }
+
+    /// The number of the last read begun: a subscription notes it when
+    /// created, and [`Self::fresh_since`] then only hands out what a later
+    /// read vouches for.
+    pub fn reads_begun(&self) -> u64 {
+        self.reads_begun.load(Ordering::SeqCst)
+    }
+
+    /// Cache what the consistent read numbered `read` (from
+    /// [`Self::begin_read`]) returned. Within an incarnation the cache never
+    /// goes back: a read slower than a commit of ours returns the older
+    /// version, and then the cached newer one — which became current after
+    /// that read began — is what the read vouches for.
+    pub fn remember_read(&self, found: Option<CachedMeta>, read: u64) {
+        let mut slot = lock(&self.cache);
+        let Some(mut found) = found else {
+            lock(&self.producers).follow(None);
+            *slot = None;
+            self.absent_vouched_by.store(read, Ordering::SeqCst);
+            drop(slot);
+            self.cache_moved();
+            return;
+        };
+        self.absent_vouched_by.store(0, Ordering::SeqCst);
+        match slot.as_mut() {
+            Some(old) if old.meta.incarnation == found.meta.incarnation && old.meta.version > found.meta.version => {
+                old.vouched_by = old.vouched_by.max(read);
+            }
+            Some(old) if old.meta.incarnation == found.meta.incarnation && old.meta.version == found.meta.version => {
+                found.vouched_by = old.vouched_by.max(read);
+                self.last_touch_written.fetch_max(found.meta.touched_at_ms, Ordering::Relaxed);
+                *old = found;
+            }
+            _ => {
+                found.vouched_by = read;
+                self.last_touch_written.fetch_max(found.meta.touched_at_ms, Ordering::Relaxed);
+                lock(&self.producers).follow(Some(tag_of(&found)));
+                *slot = Some(found);
+            }
+        }
+        drop(slot);
+        self.cache_moved();
+    }
+
+    fn cache_moved(&self) {
+        self.cache_moves.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// What the cache knows for a reader that needs the state as of a
+    /// moment after read number `since` began (see [`Freshness`]).
+    pub fn fresh_since(&self, since: u64) -> Freshness {
+        let slot = lock(&self.cache);
+        match slot.as_ref() {
+            Some(c) if c.vouched_by > since => Freshness::Current(Box::new(c.meta.clone())),
+            Some(c) => Freshness::Older { tail: Some(c.meta.tail) },
+            None if self.absent_vouched_by.load(Ordering::SeqCst) > since => Freshness::Absent,
+            None => Freshness::Older { tail: None },
+        }
+    }
+
+    /// Wakes on every change of the cache (see [`Self::fresh_since`]).
+    pub fn watch_cache(&self) -> watch::Receiver<u64> {
+        self.cache_moves.subscribe()
     }
 
     /// Cache the meta this process's own commit wrote over the one at
@@ -143,21 +241,19 @@ impl StreamCtx {
         } else {
             producers.follow(Some(tag_of(&cached)));
         }
+        // A read that vouched for the version this commit's condition named
+        // vouches for the commit's too: it saw `previous` current, so ours
+        // became current after it began.
+        let mut cached = cached;
+        cached.vouched_by = match slot.as_ref() {
+            Some(old) if previous.as_ref() == Some(&tag_of(old)) => old.vouched_by,
+            _ => 0,
+        };
         *slot = Some(cached);
-    }
-
-    /// Only replace the cache if `meta` is not older than what is cached
-    /// (same incarnation, version not lower), e.g. for poll results racing commits.
-    pub fn remember_if_newer(&self, fresh: CachedMeta) {
-        let mut slot = lock(&self.cache);
-        let keep_old = slot
-            .as_ref()
-            .is_some_and(|old| old.meta.incarnation == fresh.meta.incarnation && old.meta.version > fresh.meta.version);
-        if !keep_old {
-            self.last_touch_written.fetch_max(fresh.meta.touched_at_ms, Ordering::Relaxed);
-            lock(&self.producers).follow(Some(tag_of(&fresh)));
-            *slot = Some(fresh);
-        }
+        self.absent_vouched_by.store(0, Ordering::SeqCst);
+        drop(slot);
+        drop(producers);
+        self.cache_moved();
     }
 
     pub fn armed_alarm(&self) -> Option<(String, i64)> {

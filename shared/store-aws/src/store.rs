@@ -39,6 +39,7 @@ pub struct AwsStore {
 
 /// Consistent `GetItem` of the meta item; refreshes the context cache.
 pub(crate) async fn fetch_meta(b: &Backend, ctx: &StreamCtx) -> Result<Option<StreamMeta>, StoreError> {
+    let read = ctx.begin_read();
     let out = b
         .ddb
         .get_item()
@@ -50,12 +51,15 @@ pub(crate) async fn fetch_meta(b: &Backend, ctx: &StreamCtx) -> Result<Option<St
         .map_err(classify)?;
     match out.item() {
         None => {
-            ctx.remember(None);
+            ctx.remember_read(None, read);
             Ok(None)
         }
         Some(item) => {
             let meta = codec::meta_from_item(item)?;
-            ctx.remember(Some(CachedMeta::new(meta.clone(), codec::meta_commit_id(item).map(str::to_owned))));
+            ctx.remember_read(
+                Some(CachedMeta::new(meta.clone(), codec::meta_commit_id(item).map(str::to_owned))),
+                read,
+            );
             Ok(Some(meta))
         }
     }

@@ -54,6 +54,16 @@ pub(crate) enum Cut {
     Never,
 }
 
+/// The position a live read waits at, for [`crate::HubSubscription::fresh_meta`]
+/// (`None`: `offset=now`, the tail itself).
+pub(crate) fn waits_at(offset: Option<ReadOffset>) -> Option<u64> {
+    match offset {
+        Some(ReadOffset::At(o)) => Some(o.position()),
+        None | Some(ReadOffset::Beginning) => Some(0),
+        Some(ReadOffset::Now) => None,
+    }
+}
+
 impl StreamService {
     /// Catch-up or long-poll read (SSE goes through [`StreamService::sse`]).
     pub async fn read(&self, req: ReadRequest) -> ServiceResult<ReadOutcome> {
@@ -65,7 +75,10 @@ impl StreamService {
         let mut sub = (req.live == LiveMode::LongPoll).then(|| self.sub.hub.subscribe(&stream));
         // The store calls are boxed: inline, their state would stay allocated
         // through a long-poll's whole wait (memory per idle reader).
-        let meta = Box::pin(self.read_live_meta(&stream)).await?;
+        let meta = match sub.as_mut() {
+            Some(sub) => Box::pin(self.live_read_meta(&stream, sub, waits_at(req.offset))).await?,
+            None => Box::pin(self.read_live_meta(&stream)).await?,
+        };
         Box::pin(self.touch(&stream, &meta)).await;
         let at_now = req.offset == Some(ReadOffset::Now);
         let start = self.start_position(&meta, req.offset)?;
@@ -92,8 +105,28 @@ impl StreamService {
                 out.no_content = true;
                 return Ok(out);
             }
-            meta = Box::pin(self.read_live_meta(&stream)).await?;
+            meta = Box::pin(self.live_read_meta(&stream, sub, Some(start))).await?;
         }
+    }
+
+    /// The meta a live read (long-poll, SSE) starts or resumes from at
+    /// position `at`: the hub's [`fresh_meta`](crate::HubSubscription::fresh_meta)
+    /// when it has one — a read begun after the reader's subscription, so
+    /// the answer stays linearizable — else a consistent read of its own.
+    /// Answers with side effects (lazy expiry) or errors (soft-deleted) are
+    /// always read here.
+    pub(crate) async fn live_read_meta(
+        &self,
+        stream: &StreamHandle,
+        sub: &mut Box<dyn crate::HubSubscription>,
+        at: Option<u64>,
+    ) -> ServiceResult<StreamMeta> {
+        if let Some(meta) = sub.fresh_meta(at).await {
+            if !meta.soft_deleted && !meta.is_expired_by(|| self.clock.now_ms()) {
+                return Ok(meta);
+            }
+        }
+        self.read_live_meta(stream).await
     }
 
     /// Resolve the `offset` parameter against the stream.

@@ -48,8 +48,8 @@ impl StreamService {
             return Err(ServiceError::BadRequest("SSE reads need an offset".into()));
         }
         let stream = self.sub.registry.enter(&req.path);
-        let sub = self.sub.hub.subscribe(&stream);
-        let meta = self.read_live_meta(&stream).await?;
+        let mut sub = self.sub.hub.subscribe(&stream);
+        let meta = self.live_read_meta(&stream, &mut sub, super::read::waits_at(req.offset)).await?;
         self.touch(&stream, &meta).await;
         let pos = self.start_position(&meta, req.offset)?;
         let state = SseState {
@@ -83,7 +83,7 @@ impl StreamService {
 impl SseState {
     /// Queue the next events, or wait for the stream to move, or finish.
     async fn step(&mut self) {
-        let meta = match self.svc.read_live_meta(&self.stream).await {
+        let meta = match self.svc.live_read_meta(&self.stream, &mut self.sub, Some(self.pos)).await {
             Ok(meta) => meta,
             Err(_) => {
                 self.done = true; // deleted or expired: end the connection
