@@ -172,10 +172,12 @@ pub trait StreamStore: Send + Sync + 'static {
     }
 
     /// Whether this store honours [`Chain`]s: it applies commits after
-    /// [`Self::submit`] returned (the local store's writer), so a commit may
-    /// be stacked on one that is later refused. The core then submits each
-    /// pipelined append with [`Self::try_submit_chained`]. `false` (the
-    /// default): nothing is chained (and nothing allocated for it).
+    /// [`Self::submit`] returned (the local store's writer, AWS's group
+    /// commit), so a commit may be stacked on one that is later refused.
+    /// The core then submits each pipelined append with
+    /// [`Self::try_submit_chained`] (and [`Self::submit_chained`] when that
+    /// would wait). `false` (the default): nothing is chained (and nothing
+    /// allocated for it).
     fn chains_submissions(&self) -> bool {
         false
     }
@@ -183,13 +185,25 @@ pub trait StreamStore: Send + Sync + 'static {
     /// [`Self::try_submit`] for a commit of the pipeline `chain`: if `chain`
     /// is broken when the commit's turn comes, it is refused with
     /// [`StoreError::Conflict`]; if it is not applied (refused or failed),
-    /// `chain` is broken (see [`Chain`]). A store that chains submits
-    /// without waiting: its answer is never [`TrySubmit::WouldWait`] (the
-    /// core's waiting `submit` carries no chain). The default ignores the
-    /// chain.
+    /// `chain` is broken (see [`Chain`]). A store that chains and may answer
+    /// [`TrySubmit::WouldWait`] (AWS, its queue full) honours the chain in
+    /// [`Self::submit_chained`] too: the core's waiting submission of a
+    /// chained commit goes there, never to `submit`, which carries no chain.
+    /// The default ignores the chain.
     fn try_submit_chained(&self, commit: Commit, chain: Chain) -> TrySubmit {
         let _ = chain;
         self.try_submit(commit)
+    }
+
+    /// [`Self::submit`] for a commit of the pipeline `chain`, under the same
+    /// rules for the chain as [`Self::try_submit_chained`]: what the core
+    /// calls when that answered [`TrySubmit::WouldWait`], still under the
+    /// stream's lock, so the commit keeps its place in submission order. The
+    /// default ignores the chain (right for a store that never waits when
+    /// it chains, or that does not chain).
+    async fn submit_chained(&self, commit: Commit, chain: Chain) -> Result<PendingCommit, StoreError> {
+        let _ = chain;
+        self.submit(commit).await
     }
 
     /// Whether this store spaces out the retries of the commits it refuses

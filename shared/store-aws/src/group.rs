@@ -39,12 +39,33 @@
 //!   told the store paces ([`ds_core::StreamStore::paces_conflicts`]),
 //!   re-plan at once on the meta the race returned: the whole batch goes
 //!   again as one group.
+//! - **Chains.** The service submits each pipelined append in its
+//!   pipeline's [`ds_core::Chain`] (the store chains while group commit is
+//!   on: a queued commit applies after `submit` returned, so appends are
+//!   stacked on ones not yet applied). A commit that is not applied breaks
+//!   its chain — the members of a group that failed in any way (lost race,
+//!   refused, error, unknown outcome), before any of them is answered; a
+//!   commit refused for not stacking, as it is taken off the queue; the
+//!   ones a failed group takes down. A queued commit whose chain is broken
+//!   when its turn comes fails with `Conflict`, never sent (merged into no
+//!   group). Why the rule above is not enough: a condition names the state
+//!   it was planned on by version and tail only, and another process can
+//!   leave another state under the same pair. A commit stacked on a failed
+//!   group but submitted after that group's queue emptied, or stacked on a
+//!   commit refused beside the group, would pass its condition against
+//!   that state and apply on a plan that never held (an idempotent
+//!   producer's next `Stream-Seq` applied though the one before it never
+//!   was; an append past another process's close). A commit not queued
+//!   (below; every commit with group commit off) has its turn as it is
+//!   submitted: refused then if its chain is broken, breaking it unless
+//!   applied.
 //! - **Apart.** Commits that delete a meta or wipe an incarnation go as
 //!   their own transaction, in their place in the queue; commits of several
 //!   streams (a fork and its source) are not queued and apply as submitted.
 //! - **Bounded.** Each stream's queue holds at most [`MAX_QUEUED_BYTES`]
-//!   (payload plus a fixed cost per commit); beyond it `submit` waits —
-//!   under the stream's lock, so the stream's other writers wait too.
+//!   (payload plus a fixed cost per commit); beyond it the submission waits
+//!   (`submit`, or `submit_chained` keeping the commit's chain) — under the
+//!   stream's lock, so the stream's other writers wait too.
 //! - **Limits.** A group holds at most [`crate::txn::MAX_TRANSACTION_ITEMS`]
 //!   items, [`MAX_GROUP_INLINE_BYTES`] of inline chunk bytes and
 //!   [`MAX_GROUP_OBJECTS`] S3 bodies; consecutive small chunks are joined
@@ -56,7 +77,7 @@ use std::sync::Arc;
 
 use bytes::BytesMut;
 use ds_core::fold::{ChunkWrite, Merge, NetWrites};
-use ds_core::{Commit, Op, PendingCommit, StoreError, TrySubmit};
+use ds_core::{Chain, Commit, Op, PendingCommit, StoreError, TrySubmit};
 use tokio::sync::{oneshot, OwnedSemaphorePermit};
 
 use crate::backend::Backend;
@@ -94,23 +115,28 @@ fn cost_of(commit: &Commit) -> u32 {
     u32::try_from(payload.saturating_add(COMMIT_COST).min(MAX_QUEUED_BYTES)).unwrap_or(u32::MAX)
 }
 
-/// [`ds_core::StreamStore::try_submit`]: queued at once when the stream's
-/// queue has room.
-pub(crate) fn try_submit(b: &Arc<Backend>, commit: Commit) -> TrySubmit {
+/// [`ds_core::StreamStore::try_submit`] (and `try_submit_chained`, with
+/// the commit's `chain`): queued at once when the stream's queue has room.
+pub(crate) fn try_submit(b: &Arc<Backend>, commit: Commit, chain: Option<&Chain>) -> TrySubmit {
     let Some(path) = queued_path(&commit).filter(|_| b.cfg.group_commit) else { return TrySubmit::WouldWait(commit) };
     let ctx = b.registry.get(&path);
     match Arc::clone(&ctx.group.room).try_acquire_many_owned(cost_of(&commit)) {
-        Ok(room) => TrySubmit::Submitted(enqueue(b, &ctx, commit, room)),
+        Ok(room) => TrySubmit::Submitted(enqueue(b, &ctx, commit, room, chain)),
         Err(_) => TrySubmit::WouldWait(commit),
     }
 }
 
-/// [`ds_core::StreamStore::submit`]: queued once the stream's queue has
-/// room; a commit of several streams (or any, with group commit off) is
-/// applied before returning.
-pub(crate) async fn submit(b: &Arc<Backend>, commit: Commit) -> Result<PendingCommit, StoreError> {
+/// [`ds_core::StreamStore::submit`] (and `submit_chained`, with the
+/// commit's `chain`): queued once the stream's queue has room; a commit of
+/// several streams (or any, with group commit off) is applied before
+/// returning.
+pub(crate) async fn submit(
+    b: &Arc<Backend>,
+    commit: Commit,
+    chain: Option<&Chain>,
+) -> Result<PendingCommit, StoreError> {
     let Some(path) = queued_path(&commit).filter(|_| b.cfg.group_commit) else {
-        let result = txn::commit(b, commit).await;
+        let result = commit_alone(b, commit, chain).await;
         if b.cfg.group_commit && matches!(result, Err(StoreError::Conflict)) {
             // The core re-plans at once (`paces_conflicts`): the pause is here.
             tokio::time::sleep(race_backoff(b, 1)).await;
@@ -119,11 +145,24 @@ pub(crate) async fn submit(b: &Arc<Backend>, commit: Commit) -> Result<PendingCo
         return Ok(PendingCommit::done(Ok(())));
     };
     let ctx = b.registry.get(&path);
-    let room = Arc::clone(&ctx.group.room)
-        .acquire_many_owned(cost_of(&commit))
-        .await
-        .map_err(|_| StoreError::backend("group commit", "the stream's queue was closed"))?;
-    enqueue(b, &ctx, commit, room)
+    let Ok(room) = Arc::clone(&ctx.group.room).acquire_many_owned(cost_of(&commit)).await else {
+        chain.iter().for_each(|c| c.break_off());
+        return Err(StoreError::backend("group commit", "the stream's queue was closed"));
+    };
+    enqueue(b, &ctx, commit, room, chain)
+}
+
+/// A commit not queued, applied as it is submitted: its turn is now, so a
+/// broken `chain` refuses it unsent, and it breaks `chain` unless applied.
+async fn commit_alone(b: &Backend, commit: Commit, chain: Option<&Chain>) -> Result<(), StoreError> {
+    if chain.is_some_and(Chain::is_broken) {
+        return Err(StoreError::Conflict);
+    }
+    let result = txn::commit(b, commit).await;
+    if result.is_err() {
+        chain.iter().for_each(|c| c.break_off());
+    }
+    result
 }
 
 fn enqueue(
@@ -131,12 +170,13 @@ fn enqueue(
     ctx: &Arc<StreamCtx>,
     commit: Commit,
     room: OwnedSemaphorePermit,
+    chain: Option<&Chain>,
 ) -> Result<PendingCommit, StoreError> {
-    let writes = NetWrites::fold(commit)?;
+    let writes = NetWrites::fold(commit).inspect_err(|_| chain.iter().for_each(|c| c.break_off()))?;
     let (ack, acked) = oneshot::channel();
     let start = {
         let mut state = lock(&ctx.group.state);
-        state.waiting.push_back(Queued { writes, ack, _room: room });
+        state.waiting.push_back(Queued { writes, ack, chain: chain.cloned(), _room: room });
         !std::mem::replace(&mut state.driving, true)
     };
     if start {
@@ -154,15 +194,21 @@ async fn drive(b: Arc<Backend>, ctx: Arc<StreamCtx>) {
         let result = txn::commit_writes(&b, writes).await;
         let failed = result.is_err();
         let lost = matches!(result, Err(StoreError::Conflict));
+        if failed {
+            // Not applied, or not known to be: every member's chain breaks
+            // before anyone hears of it, so no commit stacked on a member
+            // (queued, or submitted once this queue empties) is sent.
+            members.iter().for_each(Queued::break_chain);
+        }
         for member in members {
             // A member whose caller went away: its outcome is the group's all the same.
-            let _ = member.ack.send(result.clone());
+            member.answer(result.clone());
         }
         // Answered only now the group is settled (its outcome in the
         // cache): re-planned at once, they would read the state they were
         // planned on again and be refused again while the group is in flight.
         for r in refused {
-            let _ = r.ack.send(Err(StoreError::Conflict));
+            r.answer(Err(StoreError::Conflict));
         }
         if failed {
             drop_stacked(&ctx.group, metas);
@@ -197,7 +243,8 @@ struct Group {
     /// In queue order; each answered with the transaction's outcome.
     members: Vec<Queued>,
     /// Taken off the queue but not stacking on the group (planned beside
-    /// it): answered `Conflict` once the group is settled.
+    /// it), or of a broken chain: answered `Conflict` once the group is
+    /// settled.
     refused: Vec<Queued>,
 }
 
@@ -205,22 +252,40 @@ struct Group {
 /// inline threshold). `None` (and the driver stops) when the queue is empty.
 fn next_group(queue: &Queue, limit: usize) -> Option<Group> {
     let mut state = lock(&queue.state);
-    let Some(mut head) = state.waiting.pop_front() else {
-        state.driving = false;
-        return None;
+    let mut head = loop {
+        let Some(head) = state.waiting.pop_front() else {
+            state.driving = false;
+            return None;
+        };
+        if !head.chain_broken() {
+            break head;
+        }
+        // Stacked on a commit not applied: refused unsent, at once (nothing
+        // of this queue is in flight to re-plan beside).
+        head.answer(Err(StoreError::Conflict));
     };
     let mut group = std::mem::take(&mut head.writes);
     let mut members = vec![head];
     let mut refused = Vec::new();
     while let Some(next) = state.waiting.front() {
-        if !fits(&group, &next.writes, limit) {
+        let broken = next.chain_broken();
+        if !broken && !fits(&group, &next.writes, limit) {
             break;
         }
         let Some(mut next) = state.waiting.pop_front() else { break };
+        if broken {
+            // Its condition may name another process's state: never merged.
+            refused.push(next);
+            continue;
+        }
         match group.merge(std::mem::take(&mut next.writes)) {
             Ok(()) => members.push(next),
-            // It cannot apply after the group: it fails alone, unsent.
-            Err(Merge::Conflict) => refused.push(next),
+            // It cannot apply after the group: it fails alone, unsent, and
+            // breaks its chain now, so what is stacked on it joins no group.
+            Err(Merge::Conflict) => {
+                next.break_chain();
+                refused.push(next);
+            }
             Err(Merge::Apart(writes)) => {
                 next.writes = *writes;
                 state.waiting.push_front(next);
@@ -319,7 +384,7 @@ fn join_chunks(chunks: Vec<ChunkWrite>, limit: usize) -> Vec<ChunkWrite> {
 
 /// After a failed group: the queued commits stacked on it (planned on the
 /// state it would have left) cannot apply either; they fail with `Conflict`
-/// now, unsent, and so do the ones stacked on them.
+/// now, unsent (breaking their chains), and so do the ones stacked on them.
 fn drop_stacked(queue: &Queue, mut failed: NetWrites) {
     let mut state = lock(&queue.state);
     let mut kept = VecDeque::with_capacity(state.waiting.len());
@@ -327,7 +392,7 @@ fn drop_stacked(queue: &Queue, mut failed: NetWrites) {
         if failed.stacks_on(&queued.writes) {
             let metas = NetWrites { metas: queued.writes.metas.clone(), ..NetWrites::default() };
             let _ = failed.merge(metas);
-            let _ = queued.ack.send(Err(StoreError::Conflict));
+            queued.answer(Err(StoreError::Conflict));
         } else {
             kept.push_back(queued);
         }
@@ -375,14 +440,21 @@ mod tests {
         NetWrites::fold(Commit { ops }).expect("folds")
     }
 
+    type Answers = Vec<oneshot::Receiver<Result<(), StoreError>>>;
+
     /// Queue `writes`; the receivers of their answers.
-    fn queued(all: Vec<NetWrites>) -> (Queue, Vec<oneshot::Receiver<Result<(), StoreError>>>) {
+    fn queued(all: Vec<NetWrites>) -> (Queue, Answers) {
+        queued_in(all.into_iter().map(|writes| (writes, None)).collect())
+    }
+
+    /// Queue `writes`, each in its chain if it has one.
+    fn queued_in(all: Vec<(NetWrites, Option<&Chain>)>) -> (Queue, Answers) {
         let queue = Queue::default();
         let mut answers = Vec::new();
-        for writes in all {
+        for (writes, chain) in all {
             let (ack, rx) = oneshot::channel();
             let room = Arc::clone(&queue.room).try_acquire_many_owned(1).expect("room");
-            lock(&queue.state).waiting.push_back(Queued { writes, ack, _room: room });
+            lock(&queue.state).waiting.push_back(Queued { writes, ack, chain: chain.cloned(), _room: room });
             answers.push(rx);
         }
         (queue, answers)
@@ -431,6 +503,38 @@ mod tests {
         assert!(matches!(answers[1].try_recv(), Ok(Err(StoreError::Conflict))));
         assert!(answers[2].try_recv().is_err(), "still queued");
         assert_eq!(lock(&queue.state).waiting.len(), 1);
+    }
+
+    #[test]
+    fn a_commit_of_a_broken_chain_is_refused_unsent_even_where_its_condition_holds() {
+        // R, planned beside the head (same base), is refused and breaks its
+        // chain; S, stacked on R's prediction, names the state the head
+        // leaves (same length) and would merge onto it: refused all the
+        // same. The head's chain goes on.
+        let (h, r) = (Chain::default(), Chain::default());
+        let (queue, mut answers) = queued_in(vec![
+            (append(0, 0, 10, None), Some(&h)),
+            (append(0, 0, 10, Some(1)), Some(&r)),
+            (append(1, 10, 10, Some(1)), Some(&r)),
+            (append(1, 10, 5, None), Some(&h)),
+        ]);
+        let Group { writes: group, members, refused } = next_group(&queue, 32 * 1024).expect("a group");
+        assert_eq!((members.len(), refused.len()), (2, 2), "the head and its chain's next; R and S refused");
+        assert!(group.producers.is_empty(), "S joined no group");
+        assert!(matches!(&group.metas[0].effect, ds_core::fold::MetaEffect::Put(m) if m.tail == 15));
+        assert!(r.is_broken() && !h.is_broken());
+        assert!(answers[2].try_recv().is_err(), "answered once the group is settled, not before");
+        // A head of a broken chain is answered at once; the next one leads.
+        let (queue, mut answers) = queued_in(vec![(append(1, 10, 10, None), Some(&r)), (append(0, 0, 4, None), None)]);
+        let Group { members, refused, .. } = next_group(&queue, 32 * 1024).expect("a group");
+        assert!(matches!(answers[0].try_recv(), Ok(Err(StoreError::Conflict))));
+        assert_eq!((members.len(), refused.len()), (1, 0));
+        // The commits a failed group takes down break their chains.
+        let d = Chain::default();
+        let (queue, mut answers) = queued_in(vec![(append(2, 15, 5, None), Some(&d))]);
+        drop_stacked(&queue, NetWrites { metas: group.metas.clone(), ..NetWrites::default() });
+        assert!(matches!(answers[0].try_recv(), Ok(Err(StoreError::Conflict))));
+        assert!(d.is_broken());
     }
 
     #[test]

@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use ds_core::fold::NetWrites;
-use ds_core::StoreError;
+use ds_core::{Chain, StoreError};
 use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
 
 /// Most bytes one stream's queue holds (payload plus a fixed cost per
@@ -35,8 +35,34 @@ pub(crate) struct State {
 pub(crate) struct Queued {
     pub(crate) writes: NetWrites,
     pub(crate) ack: oneshot::Sender<Result<(), StoreError>>,
+    /// The pipeline the commit is stacked in, if it was submitted in one
+    /// (see `ds_core::Chain` and [`crate::group`]'s rules).
+    pub(crate) chain: Option<Chain>,
     /// Given back when the commit is answered.
     pub(crate) _room: OwnedSemaphorePermit,
+}
+
+impl Queued {
+    /// Whether a commit this one is stacked on was not applied: then this
+    /// one cannot be either.
+    pub(crate) fn chain_broken(&self) -> bool {
+        self.chain.as_ref().is_some_and(Chain::is_broken)
+    }
+
+    /// This commit is not applied: the later ones of its chain cannot be.
+    pub(crate) fn break_chain(&self) {
+        self.chain.iter().for_each(Chain::break_off);
+    }
+
+    /// Answer the commit's caller (gone or not: the outcome stands). A
+    /// commit answered with an error was not applied, or may not have been:
+    /// its chain is broken, whichever path refused it.
+    pub(crate) fn answer(self, result: Result<(), StoreError>) {
+        if result.is_err() {
+            self.break_chain();
+        }
+        let _ = self.ack.send(result);
+    }
 }
 
 pub(crate) fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {

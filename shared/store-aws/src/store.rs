@@ -15,7 +15,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use ds_core::{
-    Chunk, Commit, PendingCommit, ProducerState, Record, StoreError, StreamHandle, StreamMeta, StreamStore, TrySubmit,
+    Chain, Chunk, Commit, PendingCommit, ProducerState, Record, StoreError, StreamHandle, StreamMeta, StreamStore,
+    TrySubmit,
 };
 use tracing::debug;
 
@@ -206,14 +207,37 @@ impl StreamStore for AwsStore {
 
     /// Queued for the stream's next transaction ([`crate::group`]).
     async fn submit(&self, commit: Commit) -> Result<PendingCommit, StoreError> {
-        match crate::group::try_submit(&self.b, commit) {
+        match crate::group::try_submit(&self.b, commit, None) {
             TrySubmit::Submitted(submitted) => submitted,
-            TrySubmit::WouldWait(commit) => crate::group::submit(&self.b, commit).await,
+            TrySubmit::WouldWait(commit) => crate::group::submit(&self.b, commit, None).await,
         }
     }
 
     fn try_submit(&self, commit: Commit) -> TrySubmit {
-        crate::group::try_submit(&self.b, commit)
+        crate::group::try_submit(&self.b, commit, None)
+    }
+
+    /// With group commit on: a queued commit is applied after `submit`
+    /// returned, so the service may stack an append on one that is later
+    /// refused ([`crate::group`]'s rule on chains).
+    fn chains_submissions(&self) -> bool {
+        self.b.cfg.group_commit
+    }
+
+    /// Queued with its chain; [`TrySubmit::WouldWait`] as `try_submit`'s
+    /// (the queue full, or a commit not queued): the service then calls
+    /// [`Self::submit_chained`].
+    fn try_submit_chained(&self, commit: Commit, chain: Chain) -> TrySubmit {
+        crate::group::try_submit(&self.b, commit, Some(&chain))
+    }
+
+    /// [`Self::submit`] keeping the commit's chain: refused if the chain is
+    /// broken when its turn comes, breaking it unless applied.
+    async fn submit_chained(&self, commit: Commit, chain: Chain) -> Result<PendingCommit, StoreError> {
+        match crate::group::try_submit(&self.b, commit, Some(&chain)) {
+            TrySubmit::Submitted(submitted) => submitted,
+            TrySubmit::WouldWait(commit) => crate::group::submit(&self.b, commit, Some(&chain)).await,
+        }
     }
 
     /// With group commit on: the group's driver pauses after a lost race.

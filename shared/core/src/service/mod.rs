@@ -305,7 +305,11 @@ impl StreamService {
             };
             let submitted = match tried {
                 crate::TrySubmit::Submitted(submitted) => submitted,
-                crate::TrySubmit::WouldWait(commit) => self.sub.store.submit(commit).await,
+                // Waiting, still under the lock: a chained commit keeps its chain.
+                crate::TrySubmit::WouldWait(commit) => match &chain {
+                    Some(chain) => self.sub.store.submit_chained(commit, chain.clone()).await,
+                    None => self.sub.store.submit(commit).await,
+                },
             };
             let mut pending = match submitted {
                 Ok(pending) => pending,
@@ -316,16 +320,17 @@ impl StreamService {
                 }
             };
             unpredicted.iter().for_each(|p| self.speculation.poison(p));
-            // A store that applies a commit as it is submitted (memory, AWS)
-            // has nothing in flight: the next plan reads the applied state,
-            // and a prediction would only be recorded and dropped again. A
-            // commit resolved this early with predictions in flight (the
-            // local store's writer may finish a batch before this task runs
-            // again) is recorded all the same: the prediction must name the
-            // state every later submission stacks on (found by the kill -9
-            // campaign: unrecorded, the next append was planned on the older
-            // prediction and a later one passed its version check against
-            // this commit's state, at the wrong position).
+            // A store that applies a commit as it is submitted (memory; AWS
+            // with group commit off) has nothing in flight: the next plan
+            // reads the applied state, and a prediction would only be
+            // recorded and dropped again. A commit resolved this early with
+            // predictions in flight (the local store's writer may finish a
+            // batch before this task runs again) is recorded all the same:
+            // the prediction must name the state every later submission
+            // stacks on (found by the kill -9 campaign: unrecorded, the next
+            // append was planned on the older prediction and a later one
+            // passed its version check against this commit's state, at the
+            // wrong position).
             let applied = match std::future::Future::poll(
                 std::pin::Pin::new(&mut pending),
                 &mut Context::from_waker(Waker::noop()),

@@ -47,7 +47,7 @@ struct Prediction {
 pub(crate) struct Speculation {
     streams: Mutex<HashMap<Arc<str>, Prediction>>,
     /// How many entries `streams` holds: a store that never has a commit in
-    /// flight (memory, AWS) then never takes the lock.
+    /// flight (memory; AWS with group commit off) then never takes the lock.
     entries: AtomicUsize,
 }
 
