@@ -22,7 +22,12 @@
 //!   from idle to busy, gone when it empties) runs the queue in submission
 //!   order: a group is the longest prefix that merges within the limits
 //!   below. A lone writer's commit is sent at once: no added latency, one
-//!   call.
+//!   call. After a group is applied, the driver waits a moment (an eighth
+//!   of its round trip, 0.5–4 ms) for that group's writers to send their
+//!   next appends before it takes the next group, so a stream's writers
+//!   stay in one group instead of splitting into cohorts that alternate
+//!   ([`crate::group_queue::Queue::gather`]; it doubled one hot stream's
+//!   appends per second under the AWS model).
 //! - **Each commit its own answer.** The group's outcome is every member's:
 //!   applied (each acknowledged in queue order, each with its own offset),
 //!   lost race (`Conflict`: each re-planned by the service with the fresh
@@ -179,6 +184,7 @@ fn enqueue(
         state.waiting.push_back(Queued { writes, ack, chain: chain.cloned(), _room: room });
         !std::mem::replace(&mut state.driving, true)
     };
+    ctx.group.arrivals.notify_waiters();
     if start {
         tokio::spawn(drive(Arc::clone(b), Arc::clone(ctx)));
     }
@@ -191,7 +197,10 @@ async fn drive(b: Arc<Backend>, ctx: Arc<StreamCtx>) {
     while let Some(Group { writes, members, refused }) = next_group(&ctx.group, b.cfg.inline_threshold) {
         // What a failed group leaves behind for the queued commits stacked on it.
         let metas = NetWrites { metas: writes.metas.clone(), ..NetWrites::default() };
+        let sent = tokio::time::Instant::now();
         let result = txn::commit_writes(&b, writes).await;
+        let round_trip = sent.elapsed();
+        let answered = members.len();
         let failed = result.is_err();
         let lost = matches!(result, Err(StoreError::Conflict));
         if failed {
@@ -221,8 +230,20 @@ async fn drive(b: Arc<Backend>, ctx: Arc<StreamCtx>) {
             // append alone, the rest behind it), a little apart from the
             // other processes' next attempts.
             tokio::time::sleep(race_backoff(&b, lost_races)).await;
+        } else if !failed {
+            // The writers just answered rejoin the ones queued meanwhile.
+            let queued = lock(&ctx.group.state).waiting.len();
+            ctx.group.gather(queued + answered, linger(round_trip)).await;
         }
     }
+}
+
+/// How long the driver waits for the writers of a group just applied to
+/// rejoin the queue ([`crate::group_queue::Queue::gather`]): an eighth of
+/// the transaction's round trip, within 0.5–4 ms — a small share of the
+/// round it saves, and enough for a client's answer-to-next-request turn.
+fn linger(round_trip: std::time::Duration) -> std::time::Duration {
+    (round_trip / 8).clamp(std::time::Duration::from_micros(500), std::time::Duration::from_millis(4))
 }
 
 /// The driver's pause after its `lost`-th lost race in a row: longer than
