@@ -25,7 +25,9 @@
 # modeled latency scaled up alike, against the same run's 1x1x1 row:
 #
 #   DS_BENCH_AWS_SCALE_ARGS="--model-scale 12 --append-secs 20" \
-#     bash bench/aws-scale.sh --quick --sections appends --rows 1x1x1,1x64x64
+#     bash bench/aws-scale.sh --sections appends --rows 1x1x1,1x64x64 --out FILE
+#
+# (not with --quick, which sets its own --append-secs).
 #
 # Environment: DS_BENCH_AWS_SCALE_OUT (report path), DS_LOAD_TARGET_DIR (cargo
 # target dir for ds-load, default target-bench), DS_BENCH_NO_BUILD=1 (bench.sh
@@ -51,7 +53,7 @@ while [ $# -gt 0 ]; do
     --sections) SECTIONS="$2"; shift ;;
     --rows) ROWS="$2"; shift ;;
     --out) OUT="$2"; shift ;;
-    -h|--help) sed -n '2,39p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,41p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) say "unknown argument $1 (see --help)"; exit 2 ;;
   esac
   shift
