@@ -20,6 +20,15 @@
 #                                        # (report kept in ${DS_BENCH_HOME:-~/.cache/ds-bench})
 #   bash bench/aws-scale.sh --sections appends [--rows 1x1x1,1x64x1] [--out FILE]
 #
+# Rows whose calls would outrun the emulator's own ceiling at AWS's latencies
+# (64 independent streams: ~32 transactions/s each) can be measured with every
+# modeled latency scaled up alike, against the same run's 1x1x1 row:
+#
+#   DS_BENCH_AWS_SCALE_ARGS="--model-scale 12 --append-secs 20" \
+#     bash bench/aws-scale.sh --sections appends --rows 1x1x1,1x64x64 --out FILE
+#
+# (not with --quick, which sets its own --append-secs).
+#
 # Environment: DS_BENCH_AWS_SCALE_OUT (report path), DS_LOAD_TARGET_DIR (cargo
 # target dir for ds-load, default target-bench), DS_BENCH_NO_BUILD=1 (bench.sh
 # has built everything), DS_BENCH_AWS_SCALE_ARGS (more `ds-load aws-scale` args).
@@ -27,8 +36,8 @@
 # DS_BENCH_NO_BUILD=1: DS_BENCH_BIN (durable-streams), DS_BENCH_ROUTER
 # (ds-lambda-router), DS_BENCH_LOAD (ds-load); the report names the server's
 # revision from a REV file beside DS_BENCH_BIN (else its path), e.g.
-#   DS_BENCH_NO_BUILD=1 DS_BENCH_BIN=/work/bins/41-before/durable-streams \
-#   DS_BENCH_ROUTER=/work/bins/41-before/ds-lambda-router DS_BENCH_LOAD=/work/bins/41-before/ds-load \
+#   DS_BENCH_NO_BUILD=1 DS_BENCH_BIN=<before>/durable-streams \
+#   DS_BENCH_ROUTER=<before>/ds-lambda-router DS_BENCH_LOAD=<before>/ds-load \
 #   bash bench/aws-scale.sh --quick
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -44,7 +53,7 @@ while [ $# -gt 0 ]; do
     --sections) SECTIONS="$2"; shift ;;
     --rows) ROWS="$2"; shift ;;
     --out) OUT="$2"; shift ;;
-    -h|--help) sed -n '2,35p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,41p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) say "unknown argument $1 (see --help)"; exit 2 ;;
   esac
   shift

@@ -240,6 +240,11 @@ struct AwsScaleArgs {
     /// Seconds per calibration point (the emulator's ceiling, ds-load's); 0 skips.
     #[arg(long, default_value_t = 2.0)]
     calibration_secs: f64,
+    /// Every modeled latency times this (1: AWS's figures). Above 1, rows
+    /// whose calls would outrun the emulator's own ceiling at AWS's
+    /// latencies can be measured against the same model's lone writer.
+    #[arg(long, default_value_t = 1.0)]
+    model_scale: f64,
     #[arg(long, default_value = "/tmp")]
     work_dir: PathBuf,
     #[arg(long, default_value = "The AWS substrate at scale, under the emulator's model of AWS")]
@@ -276,6 +281,10 @@ impl AwsScaleArgs {
             list_streams: self.list_streams,
             list_matches: self.list_matches,
             calibration_secs: self.calibration_secs,
+            model_scale: match self.model_scale {
+                s if s.is_finite() && s > 0.0 => s,
+                s => anyhow::bail!("--model-scale must be a positive number, not {s}"),
+            },
             work_dir: self.work_dir.clone(),
             title: self.title.clone(),
             preamble: match &self.preamble {

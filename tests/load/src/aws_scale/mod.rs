@@ -42,6 +42,12 @@ pub struct Params {
     pub list_streams: usize,
     pub list_matches: usize,
     pub calibration_secs: f64,
+    /// Every modeled latency (p50, p99, per item) times this; 1: AWS's
+    /// figures. Above 1 it slows every call alike, so that a row whose
+    /// calls would outrun the emulator's own ceiling at AWS's latencies
+    /// (many independent streams) can still be measured against the same
+    /// model's single-writer rate.
+    pub model_scale: f64,
     pub work_dir: PathBuf,
     pub title: String,
     /// Markdown after the title.
@@ -66,6 +72,8 @@ pub struct Results {
     pub ceiling: Option<aws_ceiling::Ceiling>,
     pub tool: Option<calibrate::Calibration>,
     pub model: serde_json::Value,
+    /// [`Params::model_scale`], for the report.
+    pub model_scale: f64,
     pub appends: Vec<appends::Row>,
     pub readers: Vec<readers::Row>,
     pub listing: Option<Result<ListingResults, String>>,
@@ -89,6 +97,7 @@ pub async fn run(p: &Params) -> Result<String> {
         ceiling: None,
         tool: None,
         model: json!(null),
+        model_scale: p.model_scale,
         appends: Vec::new(),
         readers: Vec::new(),
         listing: None,
@@ -101,6 +110,10 @@ pub async fn run(p: &Params) -> Result<String> {
         results.tool = Some(calibrate::run(&[1, 64], p.calibration_secs, threads, shape, &p.work_dir).await?);
     }
     emu.model(&json!({"preset": "aws"})).await?;
+    if p.model_scale != 1.0 {
+        let state = emu.model_state().await?;
+        emu.model(&json!({ "latency": scaled_latency(&state["latency_ms"], p.model_scale) })).await?;
+    }
     results.model = emu.model_state().await?;
 
     let needed = p.append_rows.iter().map(|r| r.0).chain(p.reader_processes.iter().copied()).max().unwrap_or(1).max(1);
@@ -191,5 +204,40 @@ mod tests {
         assert!(parse_rows("4x2x1").is_err(), "more processes than writers");
         assert!(parse_rows("1x2").is_err());
         assert!(parse_rows("1x2x4").is_err(), "more streams than writers");
+    }
+}
+
+/// The model's latency table (`latency_ms` of `/_emulator/model`) with every
+/// duration times `scale`: p50, p99 and their per-item slopes; item counts
+/// are kept.
+fn scaled_latency(latency: &serde_json::Value, scale: f64) -> serde_json::Value {
+    use serde_json::Value;
+    let mut out = latency.clone();
+    for dist in out.as_object_mut().into_iter().flat_map(|s| s.values_mut()).filter_map(Value::as_object_mut) {
+        for dist in dist.values_mut().filter_map(Value::as_object_mut) {
+            for key in ["p50", "p99", "p50_per_item", "p99_per_item"] {
+                if let Some(v) = dist.get(key).and_then(Value::as_f64) {
+                    dist.insert(key.to_owned(), json!(v * scale));
+                }
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod scale_tests {
+    use super::*;
+
+    #[test]
+    fn scaling_multiplies_every_duration_and_keeps_item_counts() {
+        let model = json!({"dynamodb": {"TransactWriteItems": {"p50": 25.0, "p99": 90.0, "items": 5, "p50_per_item": 0.5, "p99_per_item": 0.25}},
+                           "s3": {"*": {"p50": 30.0, "p99": 200.0}}});
+        let scaled = scaled_latency(&model, 4.0);
+        let twi = &scaled["dynamodb"]["TransactWriteItems"];
+        assert_eq!((twi["p50"].as_f64(), twi["p99"].as_f64()), (Some(100.0), Some(360.0)));
+        assert_eq!((twi["p50_per_item"].as_f64(), twi["p99_per_item"].as_f64()), (Some(2.0), Some(1.0)));
+        assert_eq!(twi["items"].as_u64(), Some(5), "an item count is not a duration");
+        assert_eq!(scaled["s3"]["*"]["p99"].as_f64(), Some(800.0));
     }
 }

@@ -61,12 +61,31 @@ fn dist(model: &Value, svc: &str, op: &str) -> Option<(f64, f64)> {
     Some((d.get("p50")?.as_f64()?, d.get("p99")?.as_f64()?))
 }
 
+/// The TransactWriteItems row's label: the item count its p50/p99 are for,
+/// and what each item more adds (from the model, scaled or not).
+fn transact_label(model: &Value) -> String {
+    let d = &model["latency_ms"]["dynamodb"]["TransactWriteItems"];
+    match (d["items"].as_f64(), d["p50_per_item"].as_f64(), d["p99_per_item"].as_f64()) {
+        (Some(items), Some(p50), Some(p99)) => {
+            format!("DynamoDB TransactWriteItems ({items} items; +{} / +{} ms per item more)", num(p50), num(p99))
+        }
+        _ => "DynamoDB TransactWriteItems".to_owned(),
+    }
+}
+
 fn model_section(md: &mut String, model: &Value, r: &Results) {
     md.push_str("## The model the runs used\n\n");
+    if r.model_scale != 1.0 {
+        let _ = writeln!(
+            md,
+            "**Every latency below is AWS's default × {} (`--model-scale {}`)**: slower calls alike, so that rows whose calls would outrun the emulator's own ceiling at AWS's latencies stay below it; compare a row with this run's own 1 × 1 × 1, not with figures at AWS's latencies.\n",
+            r.model_scale, r.model_scale
+        );
+    }
     md.push_str("Latency per call (log-normal through the median and 99th percentile, capped at 3 × p99; the emulator's own time counts towards it, the rest is slept outside its locks). Sources for each default: infra/aws-emulator/README.md, \"Latency and limit model\".\n\n| API | p50 | p99 |\n|---|---:|---:|\n");
     for (svc, op, label) in [
         ("dynamodb", "GetItem", "DynamoDB GetItem, Query, Scan, PutItem, UpdateItem, DeleteItem"),
-        ("dynamodb", "TransactWriteItems", "DynamoDB TransactWriteItems (5 items; +0.34 / +0.25 ms per item more)"),
+        ("dynamodb", "TransactWriteItems", &transact_label(model)),
         ("s3", "PutObject", "S3 PutObject"),
         ("s3", "GetObject", "S3 GetObject (and other S3 calls)"),
         ("sqs", "*", "SQS"),
