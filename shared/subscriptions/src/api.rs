@@ -17,7 +17,7 @@ use crate::engine::Subscriptions;
 use crate::error::{SubResult, SubscriptionError};
 use crate::machine;
 use crate::reach::{self, Guard};
-use crate::record::{Retry, SubscriptionRecord};
+use crate::record::{Retry, SubscriptionRecord, Tail};
 use crate::store;
 use crate::{token, view, MAX_LINKS};
 
@@ -107,7 +107,12 @@ impl Subscriptions {
                     let revision = existing.map_or(1, |s| s.revision + 1);
                     let rec = self.remember(revision, rec);
                     tracing::info!(subscription = %id, kind = rec.config.kind.as_str(), links = rec.links.len(), "subscription created");
-                    return Ok(PutOutcome { created: true, body: self.render(&rec, base_url).await? });
+                    // Rendered with the tails it was just linked at (read
+                    // moments ago, in this request): reading each linked
+                    // stream again would cost one read per match.
+                    let tails = tails_as_linked(&rec);
+                    let body = view::subscription(&rec, &tails, base_url, self.inner.keys.active_kid());
+                    return Ok(PutOutcome { created: true, body });
                 }
                 Err(ds_core::StoreError::Conflict) => continue,
                 Err(e) => return Err(e.into()),
@@ -336,4 +341,17 @@ fn authorize(rec: &SubscriptionRecord, token: &str, wake_id: &str, generation: u
         return Err(SubscriptionError::Fenced);
     }
     Ok(())
+}
+
+/// The tails a new record's streams were linked at (`None`: an explicit
+/// stream that did not exist), as `Subscriptions::read_tails` would
+/// have read them then.
+fn tails_as_linked(rec: &SubscriptionRecord) -> crate::record::Tails {
+    rec.links
+        .iter()
+        .map(|(path, link)| {
+            let tail = link.incarnation.as_deref().map(|inc| Tail { incarnation: inc.into(), tail: link.acked });
+            (path.clone(), tail)
+        })
+        .collect()
 }

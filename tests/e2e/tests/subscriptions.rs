@@ -212,3 +212,36 @@ async fn bad_input_gets_a_clear_4xx() {
     assert_eq!(send("POST", &format!("{}/release", sub("s1")), None, Some(release.clone())).await.0, 401);
     assert_eq!(send("POST", &format!("{}/release", sub("s1")), Some("garbage"), Some(release)).await.0, 401);
 }
+
+/// A new subscription's `PUT` answer names its streams at the tails they
+/// were just linked at, without reading each again: it must say what a
+/// `GET` right after says (nothing is appended in between), for streams
+/// its pattern matched and for an explicit one that does not exist yet.
+#[tokio::test]
+async fn a_new_subscriptions_answer_agrees_with_a_get_of_it() {
+    let server = Server::start(opts(Store::Local)).await.unwrap();
+    let hook = Receiver::start(0).await.unwrap();
+    for (path, body) in [("audit/a", "{\"n\":1}"), ("audit/b", "[{\"n\":1},{\"n\":2}]"), ("audit/c", "")] {
+        let put = client().put(server.url(path)).header("content-type", "application/json").body(body);
+        assert_eq!(put.send().await.unwrap().status(), 201);
+    }
+    let sub = server.url("__ds/subscriptions/e2e-answer");
+    let config = json!({"type": "webhook", "pattern": "audit/*", "streams": ["elsewhere/not-yet"],
+                        "webhook": {"url": hook.url}, "lease_ttl_ms": 60000});
+    let (status, created) = send("PUT", &sub, None, Some(config)).await;
+    assert_eq!(status, 201, "{created}");
+    let (status, got) = send("GET", &sub, None, None).await;
+    assert_eq!(status, 200, "{got}");
+    let streams = |v: &Value| {
+        let mut s = v["streams"].as_array().unwrap().clone();
+        s.sort_by_key(|x| x["path"].as_str().unwrap().to_owned());
+        s
+    };
+    let listed = streams(&created);
+    let paths: Vec<&str> = listed.iter().map(|s| s["path"].as_str().unwrap()).collect();
+    assert_eq!(paths, ["audit/a", "audit/b", "audit/c", "elsewhere/not-yet"], "{created}");
+    let tail_b = client().head(server.url("audit/b")).send().await.unwrap().headers()["stream-next-offset"].clone();
+    assert_eq!(listed[1]["acked_offset"].as_str(), tail_b.to_str().ok(), "linked at its tail: {created}");
+    assert_ne!(listed[1]["acked_offset"], listed[2]["acked_offset"], "an empty stream's tail is not a written one's");
+    assert_eq!(listed, streams(&got), "the PUT's answer and the GET's");
+}
