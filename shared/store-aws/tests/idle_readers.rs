@@ -25,8 +25,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use ds_core::contract::fixtures;
 use ds_core::{AppendRequest, CreateRequest, LiveMode, ReadRequest, ServiceConfig, StreamService};
-use ds_protocol::headers::Lifetime;
 use ds_protocol::{Offset, ReadOffset};
 use ds_store_aws::test_util::{total, AwsFactory, CallCounter, Calls};
 use futures::StreamExt;
@@ -37,28 +37,15 @@ const WINDOW: Duration = Duration::from_secs(8);
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 const RECORD: &[u8] = b"wake-up";
 
+// Text, so an SSE data event carries the record as it is.
 fn create_req(path: &str) -> CreateRequest {
-    CreateRequest {
-        path: path.to_owned(),
-        content_type: Some("text/plain".into()),
-        lifetime: Lifetime::default(),
-        closed: false,
-        body: Bytes::new(),
-        fork: None,
-    }
+    CreateRequest { content_type: Some("text/plain".into()), ..fixtures::create_request(path) }
 }
 
 fn append_req(path: &str, body: &'static [u8]) -> AppendRequest<'static> {
     AppendRequest {
-        path: path.to_owned().into(),
         content_type: Some("text/plain".into()),
-        body: Bytes::from_static(body),
-        close: false,
-        seq: None,
-        producer: None,
-        dedupe_key: None,
-        incarnation: None,
-        trace_context: None,
+        ..fixtures::append_request(path, Bytes::from_static(body))
     }
 }
 
