@@ -77,6 +77,18 @@ async fn holds_only_bs_append(a: &Substrate, base: &StreamMeta) {
 }
 
 /// G1 loses its race and resolves; its queue is empty when G2 arrives.
+/// G1 (lost its race) resolves, then G2 is submitted on the same chain:
+/// both refused, the stream holds only B's append, the chain is broken.
+async fn submit_g1_then_g2_and_see_both_refused(a: &Substrate, g1: Commit, g2: Commit, base: &StreamMeta) {
+    let chain = Chain::default();
+    let first = outcome(chained(&a.store, g1, &chain).await).await;
+    assert!(matches!(first, Err(StoreError::Conflict)), "G1 was planned on a version B moved past: {first:?}");
+    let stacked = outcome(chained(&a.store, g2, &chain).await).await;
+    assert!(matches!(stacked, Err(StoreError::Conflict)), "G2 is stacked on G1, which lost its race: {stacked:?}");
+    holds_only_bs_append(a, base).await;
+    assert!(chain.is_broken(), "G1 was not applied: its chain is broken");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_commit_stacked_on_a_lost_race_is_refused_after_the_queue_emptied() {
     let Some(f) = AwsFactory::new("a_commit_stacked_on_a_lost_race_is_refused_after_the_queue_emptied").await else {
@@ -85,13 +97,7 @@ async fn a_commit_stacked_on_a_lost_race_is_refused_after_the_queue_emptied() {
     let (a, b) = (f.aws().substrate(), f.aws().substrate());
     let (base, g1, g2) = race_lost_to_b(&a, &b, "aws-chain-emptied").await;
 
-    let chain = Chain::default();
-    let first = outcome(chained(&a.store, g1, &chain).await).await;
-    assert!(matches!(first, Err(StoreError::Conflict)), "G1 was planned on a version B moved past: {first:?}");
-    let stacked = outcome(chained(&a.store, g2, &chain).await).await;
-    assert!(matches!(stacked, Err(StoreError::Conflict)), "G2 is stacked on G1, which lost its race: {stacked:?}");
-    holds_only_bs_append(&a, &base).await;
-    assert!(chain.is_broken(), "G1 was not applied: its chain is broken");
+    submit_g1_then_g2_and_see_both_refused(&a, g1, g2, &base).await;
     assert!(a.store.chains_submissions(), "with group commit on, the service chains its pipelined appends");
 }
 
@@ -133,12 +139,6 @@ async fn a_commit_not_queued_honours_its_chain() {
     let b = f.aws().substrate();
     let (base, g1, g2) = race_lost_to_b(&a, &b, "aws-chain-solo").await;
 
-    let chain = Chain::default();
-    let first = outcome(chained(&a.store, g1, &chain).await).await;
-    assert!(matches!(first, Err(StoreError::Conflict)), "G1 was planned on a version B moved past: {first:?}");
-    let stacked = outcome(chained(&a.store, g2, &chain).await).await;
-    assert!(matches!(stacked, Err(StoreError::Conflict)), "G2 is stacked on G1, which lost its race: {stacked:?}");
-    holds_only_bs_append(&a, &base).await;
-    assert!(chain.is_broken(), "G1 was not applied: its chain is broken");
+    submit_g1_then_g2_and_see_both_refused(&a, g1, g2, &base).await;
     assert!(!a.store.chains_submissions(), "nothing in flight to stack on: the service chains nothing");
 }
