@@ -14,6 +14,7 @@
 pub mod contract;
 mod error;
 pub mod fold;
+pub mod inline;
 pub mod model;
 mod pending;
 pub mod read_cache;
@@ -22,6 +23,7 @@ pub mod substrate;
 
 pub use ds_clock::{Clock, Random};
 pub use error::{ErrorSource, StoreError};
+pub use inline::{InlineGate, InlineMessage, InlineProcessor, InlineReduction, InlineRefusal, RefoldLimits};
 pub use model::*;
 pub use pending::{Chain, PendingCommit, TrySubmit};
 pub use service::*;

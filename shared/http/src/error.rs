@@ -88,6 +88,18 @@ impl From<ServiceError> for ApiError {
                 .header(h::PRODUCER_RECEIVED_SEQ, received),
             ServiceError::Reserved(_) => Self::new(StatusCode::FORBIDDEN, "RESERVED_STREAM", msg),
             ServiceError::IncarnationChanged { .. } => Self::new(StatusCode::CONFLICT, "INCARNATION_CHANGED", msg),
+            ServiceError::InlineRejected { processor, position, reason } => {
+                let mut err = Self::new(StatusCode::BAD_REQUEST, "APPEND_REJECTED", msg);
+                err.details.push(("processor", processor.into()));
+                err.details.push(("position", position.into()));
+                err.details.push(("reason", reason.into()));
+                err
+            }
+            ServiceError::InlineUnavailable { processor, .. } => {
+                let mut err = Self::new(StatusCode::SERVICE_UNAVAILABLE, "PROCESSOR_UNAVAILABLE", msg);
+                err.details.push(("processor", processor.into()));
+                err
+            }
             ServiceError::Contention => {
                 Self::new(StatusCode::SERVICE_UNAVAILABLE, "CONTENTION", msg).header("retry-after", 1)
             }

@@ -33,6 +33,7 @@ mod concurrency;
 mod contiguous;
 pub mod fixtures;
 mod forks;
+pub mod inline;
 mod keyed;
 mod listing;
 mod pipeline;
@@ -51,6 +52,10 @@ pub use batched::{
 pub use concurrency::{concurrent_appends_one_stream, concurrent_commits_all_or_nothing};
 pub use contiguous::{read_contiguous_ranges, read_contiguous_repeated_and_deleted, read_contiguous_served};
 pub use forks::fork_peer_reads_named_incarnation;
+pub use inline::{
+    inline_failed_refold_waits_for_an_operator, inline_reduction_commits_with_its_append,
+    inline_refolds_once_on_a_new_version, inline_rejection_leaves_no_trace,
+};
 pub use keyed::{record_atomic_with_append, record_preconditions, record_writers_race, records_wiped_with_incarnation};
 pub use listing::{registry_concurrent_services, registry_lists_lifecycle};
 pub use pipeline::{submit_is_ordered, version_pins_incarnation};
@@ -124,6 +129,10 @@ macro_rules! contract_suite {
             record_atomic_with_append,
             records_wiped_with_incarnation,
             record_writers_race,
+            inline_rejection_leaves_no_trace,
+            inline_reduction_commits_with_its_append,
+            inline_refolds_once_on_a_new_version,
+            inline_failed_refold_waits_for_an_operator,
             fork_peer_reads_named_incarnation,
             concurrent_commits_8_writers,
             concurrent_appends_32_writers,

@@ -8,6 +8,7 @@ use ds_protocol::headers::{content_types_match, is_json, ProducerHeaders};
 use ds_protocol::json::{self, EmptyArray};
 use ds_protocol::producer::{decide, Decision, State};
 
+use super::inline::InlineWrite;
 use super::registry::Change;
 use super::trace::Written;
 use super::{Plan, Predicted, Reads, ServiceError, ServiceResult, StreamService};
@@ -83,7 +84,11 @@ impl StreamService {
             // as they were (the future is moved whole on the hot path).
             return Box::pin(self.append_traced(&stream, &req, context)).await;
         }
-        self.mutate(&stream, |reads| self.plan_append(&stream, &req, reads)).await
+        let outcome = self.mutate(&stream, |reads| self.plan_append(&stream, &req, reads)).await;
+        if let Err(e @ ServiceError::InlineRejected { .. }) = &outcome {
+            self.report_inline_rejection(&req.path, e);
+        }
+        outcome
     }
 
     /// [`Self::append`] of a request with a trace context: recorded in the
@@ -108,7 +113,11 @@ impl StreamService {
                 }
             }
         };
-        self.mutate_then(stream, |reads| self.plan_append(stream, req, reads), record).await
+        let outcome = self.mutate_then(stream, |reads| self.plan_append(stream, req, reads), record).await;
+        if let Err(e @ ServiceError::InlineRejected { .. }) = &outcome {
+            self.report_inline_rejection(&req.path, e);
+        }
+        outcome
     }
 
     async fn plan_append(
@@ -155,7 +164,9 @@ impl StreamService {
                 return Err(ServiceError::Conflict(format!("Stream-Seq {seq:?} is not greater than {last:?}")));
             }
         }
-        let mut plan = self.append_plan(req, meta, data, accepted);
+        // After every other check: a processor sees only appends that would commit.
+        let inline = self.plan_inline(stream, &meta, &data, reads).await?;
+        let mut plan = self.append_plan(req, meta, data, accepted, inline);
         if req.close {
             // The stream was open (checked above): its close is listed in this commit.
             if let Plan::Commit { commit, value, registry, .. } = &mut plan {
@@ -201,6 +212,7 @@ impl StreamService {
         meta: StreamMeta,
         data: Bytes,
         accepted: Option<State>,
+        inline: Vec<InlineWrite>,
     ) -> Plan<AppendOutcome> {
         // The next meta is this one, changed: path and incarnation stay.
         let (version, tail) = (meta.version, meta.tail);
@@ -216,8 +228,11 @@ impl StreamService {
             next.closed_by =
                 req.producer.as_ref().map(|p| ProducerTriple { id: p.id.clone(), epoch: p.epoch, seq: p.seq });
         }
-        let ops =
-            1 + usize::from(!data.is_empty()) + usize::from(accepted.is_some()) + usize::from(req.dedupe_key.is_some());
+        let ops = 1
+            + usize::from(!data.is_empty())
+            + usize::from(accepted.is_some())
+            + usize::from(req.dedupe_key.is_some())
+            + inline.len();
         let mut commit = Commit::with_capacity(ops);
         // The tail too: bytes land at the old `tail`, so a plan on a state that was
         // never stored (same version, other tail) must fail, not leave a gap.
@@ -250,11 +265,23 @@ impl StreamService {
                 expect: RecordExpect::Absent,
             });
         }
+        // Its inline reductions, in the same commit as the bytes they fold.
+        let mut records = Vec::with_capacity(inline.len());
+        for w in inline {
+            records.push((w.key.clone(), w.record.clone()));
+            commit.push(Op::PutRecord {
+                path: next.path.clone(),
+                incarnation: next.incarnation.clone(),
+                key: w.key,
+                record: w.record,
+                expect: w.expect,
+            });
+        }
         Plan::Commit {
             commit,
             publish: Some(TailSignal::of(&next)),
             deleted: Vec::new(),
-            predicted: Some(Predicted { meta: AppendOutcome::meta, producer }),
+            predicted: Some(Predicted { meta: AppendOutcome::meta, producer, records }),
             value: AppendOutcome::Appended { meta: next, producer: accepted, start: tail },
             registry: None,
         }

@@ -45,6 +45,14 @@ pub enum ServiceError {
     /// only the server writes it.
     #[error("{0}")]
     Reserved(String),
+    /// 400: an inline processor refused the append (its `validate`); nothing
+    /// was written, so the producer may retry with a corrected event.
+    #[error("append rejected by processor {processor:?}: {reason}")]
+    InlineRejected { processor: String, position: u64, reason: String },
+    /// 503: an inline processor bound to the stream cannot build its state
+    /// (its refold failed); appends wait for an operator's reset or skip.
+    #[error("processor {processor:?} cannot admit appends to this stream: {reason}")]
+    InlineUnavailable { processor: String, reason: String },
     /// 503: too many concurrent writers kept invalidating this request's read.
     #[error("too much contention on this stream, retry")]
     Contention,

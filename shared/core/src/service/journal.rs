@@ -46,11 +46,24 @@ impl StreamService {
         if !is_json(&meta.content_type) {
             return Err(ServiceError::BadRequest(format!("{path} is not a JSON stream")));
         }
+        let entries = self.journal_entries(&stream, &meta, after, max_bytes).await?;
+        Ok(JournalPage { entries, tail: meta.tail, closed: meta.closed })
+    }
+
+    /// The messages of `meta`'s stream after `after`, up to about
+    /// `max_bytes` (at least one when there is one).
+    pub(crate) async fn journal_entries(
+        &self,
+        stream: &StreamHandle,
+        meta: &StreamMeta,
+        after: u64,
+        max_bytes: usize,
+    ) -> ServiceResult<Vec<(u64, Bytes)>> {
         let mut entries = Vec::new();
         if after < meta.tail {
             // Stored chunks hold whole messages: starting at the chunk that
             // contains `after`, every message is read from its first byte.
-            let (start, data) = self.message_bytes(&stream, &meta, after, max_bytes.max(1)).await?;
+            let (start, data) = self.message_bytes(stream, meta, after, max_bytes.max(1)).await?;
             let mut pos = start;
             for line in data.split_inclusive(|b| *b == b'\n') {
                 pos += line.len() as u64;
@@ -59,7 +72,7 @@ impl StreamService {
                 }
             }
         }
-        Ok(JournalPage { entries, tail: meta.tail, closed: meta.closed })
+        Ok(entries)
     }
 
     /// Stored bytes from the start of the chunk that holds position `at`.

@@ -8,6 +8,7 @@ mod append;
 mod create;
 mod delete;
 mod error;
+mod inline;
 mod journal;
 mod read;
 mod registry;
@@ -22,6 +23,7 @@ use std::time::Duration;
 pub use append::{AppendOutcome, AppendRequest};
 pub use create::{CreateOutcome, CreateRequest, ForkRequest};
 pub use error::{ServiceError, ServiceResult};
+pub use inline::{InlineControl, InlineView};
 pub use journal::JournalPage;
 pub use read::{LiveMode, ReadOutcome, ReadRequest};
 pub use registry::REGISTRY_PATH;
@@ -71,6 +73,8 @@ pub struct StreamService {
     shutdown: tokio_util::sync::CancellationToken,
     /// Predicted stream states while appends are in flight (pipelining).
     speculation: Arc<speculation::Speculation>,
+    /// The inline processors (set once, seen by every clone).
+    inline: Arc<std::sync::OnceLock<Arc<dyn crate::InlineGate>>>,
 }
 
 /// How a mutation plan reads the store (see [`StreamService::mutate`]).
@@ -125,6 +129,8 @@ pub(crate) struct Predicted<T> {
     pub meta: fn(&T) -> &StreamMeta,
     /// The producer the append advances: `(producer id, its new state)`.
     pub producer: Option<(String, crate::ProducerState)>,
+    /// The records the append writes (its inline reductions).
+    pub records: Vec<(String, crate::Record)>,
 }
 
 impl StreamService {
@@ -140,6 +146,7 @@ impl StreamService {
             cfg: Arc::new(cfg),
             shutdown: Default::default(),
             speculation: Default::default(),
+            inline: Default::default(),
         }
     }
 
@@ -343,7 +350,7 @@ impl StreamService {
             let in_flight = predicted.map(|p| {
                 let meta = (p.meta)(&value);
                 let in_flight = speculation::InFlight::new(&self.speculation, meta.path.clone());
-                self.speculation.submitted(meta.clone(), p.producer, chain);
+                self.speculation.submitted(meta.clone(), p.producer, p.records, chain);
                 in_flight
             });
             drop(guard);
@@ -442,6 +449,23 @@ impl StreamService {
             },
             Reads::Consistent => store.read_producer(stream, &meta.incarnation, id).await?,
         })
+    }
+
+    /// A record for planning an append (see [`Self::meta_for_update`]): the
+    /// pipeline's prediction of it, else the store's.
+    pub(crate) async fn record_for_update(
+        &self,
+        stream: &StreamHandle,
+        meta: &StreamMeta,
+        key: &str,
+        reads: Reads,
+    ) -> ServiceResult<Option<crate::Record>> {
+        if reads == Reads::MayCache {
+            if let Some(predicted) = self.speculation.record(&meta.path, &meta.incarnation, key) {
+                return Ok(Some(predicted));
+            }
+        }
+        Ok(self.sub.store.read_record(stream, &meta.incarnation, key).await?)
     }
 
     /// The live meta of `path`: absent → `NotFound`; soft-deleted → `Gone`;

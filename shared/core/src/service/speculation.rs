@@ -27,12 +27,14 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::Poll;
 
-use crate::{Chain, PendingCommit, ProducerState, StoreError, StreamMeta};
+use crate::{Chain, PendingCommit, ProducerState, Record, StoreError, StreamMeta};
 
 /// One stream's prediction.
 struct Prediction {
     meta: StreamMeta,
     producers: HashMap<String, ProducerState>,
+    /// Records the commits in flight write (inline reductions).
+    records: HashMap<String, Record>,
     in_flight: usize,
     /// A stacked commit failed: later predictions may be wrong, so planning
     /// goes back to the store until the pipeline drains.
@@ -107,10 +109,26 @@ impl Speculation {
         p.producers.get(id).copied()
     }
 
+    /// The predicted record `key` (`None`: ask the store).
+    pub fn record(&self, path: &str, incarnation: &str, key: &str) -> Option<Record> {
+        if self.entries.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        let map = self.streams.lock().ok()?;
+        let p = map.get(path).filter(|p| !p.poisoned && *p.meta.incarnation == *incarnation)?;
+        p.records.get(key).cloned()
+    }
+
     /// Record a submitted (not yet durable) commit's resulting state. Takes
     /// it by value: appends hand over their prediction (no copy per append).
     /// `chain`: what the commit was submitted with (see [`Self::chain`]).
-    pub fn submitted(&self, meta: StreamMeta, producer: Option<(String, ProducerState)>, chain: Option<Chain>) {
+    pub fn submitted(
+        &self,
+        meta: StreamMeta,
+        producer: Option<(String, ProducerState)>,
+        records: Vec<(String, Record)>,
+        chain: Option<Chain>,
+    ) {
         let Ok(mut map) = self.streams.lock() else {
             return;
         };
@@ -128,16 +146,19 @@ impl Speculation {
             entry.poisoned |= !extends;
             if entry.meta.incarnation != meta.incarnation {
                 entry.producers.clear();
+                entry.records.clear();
             }
             entry.meta = meta;
             entry.in_flight += 1;
             if let Some((id, state)) = producer {
                 entry.producers.insert(id, state);
             }
+            entry.records.extend(records);
             return;
         }
         let producers = producer.into_iter().collect();
-        map.insert(meta.path.clone(), Prediction { meta, producers, in_flight: 1, poisoned: false, chain });
+        let records = records.into_iter().collect();
+        map.insert(meta.path.clone(), Prediction { meta, producers, records, in_flight: 1, poisoned: false, chain });
         self.entries.store(map.len(), Ordering::Release);
     }
 
@@ -230,8 +251,8 @@ mod tests {
     #[test]
     fn a_commit_planned_on_the_prediction_extends_it() {
         let spec = Speculation::default();
-        spec.submitted(meta(124, 100), None, None);
-        spec.submitted(meta(125, 200), None, None);
+        spec.submitted(meta(124, 100), None, Vec::new(), None);
+        spec.submitted(meta(125, 200), None, Vec::new(), None);
         assert_eq!(spec.meta("s").map(|m| (m.version, m.tail)), Some((125, 200)));
         spec.finished("s", true);
         spec.finished("s", true);
@@ -243,7 +264,7 @@ mod tests {
         let spec = Speculation::default();
         assert!(!spec.in_flight("s"));
         spec.poison("s");
-        spec.submitted(meta(124, 100), None, None);
+        spec.submitted(meta(124, 100), None, Vec::new(), None);
         assert!(spec.in_flight("s"));
         spec.poison("s");
         assert!(spec.meta("s").is_none());
@@ -254,9 +275,9 @@ mod tests {
     #[test]
     fn a_submission_given_up_before_it_was_awaited_counts_as_failed() {
         let spec = Arc::new(Speculation::default());
-        spec.submitted(meta(124, 100), None, None);
+        spec.submitted(meta(124, 100), None, Vec::new(), None);
         let dropped = InFlight::new(&spec, "s".into());
-        spec.submitted(meta(125, 200), None, None);
+        spec.submitted(meta(125, 200), None, Vec::new(), None);
         InFlight::new(&spec, "s".into()).finished(true);
         assert!(spec.in_flight("s"));
         drop(dropped);
@@ -268,7 +289,7 @@ mod tests {
     #[tokio::test]
     async fn a_commit_whose_caller_went_away_counts_until_it_is_decided() {
         let spec = Arc::new(Speculation::default());
-        spec.submitted(meta(124, 100), Some(("p".into(), ProducerState { epoch: 0, last_seq: 3 })), None);
+        spec.submitted(meta(124, 100), Some(("p".into(), ProducerState { epoch: 0, last_seq: 3 })), Vec::new(), None);
         let (ack, outcome) = tokio::sync::oneshot::channel();
         let waiting = InFlight::new(&spec, "s".into()).resolve(PendingCommit::acked(outcome));
         let mut waiting = Box::pin(waiting);
@@ -293,7 +314,7 @@ mod tests {
     fn the_commits_planned_on_one_prediction_share_its_chain() {
         let spec = Speculation::default();
         let first = spec.chain("s", ("i", 123, 0));
-        spec.submitted(meta(124, 100), None, Some(first.clone()));
+        spec.submitted(meta(124, 100), None, Vec::new(), Some(first.clone()));
         assert!(spec.chain("s", ("i", 124, 100)).same(&first));
         assert!(!spec.chain("s", ("i", 124, 90)).same(&first), "planned on the store's state, not this one");
         spec.poison("s");
@@ -308,13 +329,13 @@ mod tests {
     #[test]
     fn a_commit_planned_beside_the_prediction_poisons_it() {
         let spec = Speculation::default();
-        spec.submitted(meta(124, 39_204), None, None);
-        spec.submitted(meta(124, 39_210), None, None);
+        spec.submitted(meta(124, 39_204), None, Vec::new(), None);
+        spec.submitted(meta(124, 39_210), None, Vec::new(), None);
         assert!(spec.meta("s").is_none(), "planning goes back to the store");
         spec.finished("s", true);
         assert!(spec.meta("s").is_none(), "until the pipeline drains");
         spec.finished("s", false);
-        spec.submitted(meta(125, 39_440), None, None);
+        spec.submitted(meta(125, 39_440), None, Vec::new(), None);
         assert_eq!(spec.meta("s").map(|m| m.version), Some(125), "a fresh pipeline predicts again");
     }
 }
