@@ -25,6 +25,7 @@ mod catalog;
 mod checkpoint;
 mod config;
 pub mod counter;
+pub mod json_schema;
 pub mod outbox;
 mod template;
 
