@@ -235,11 +235,19 @@ pub async fn processors<F: Fn(&str) -> Option<String>>(
     service: &StreamService,
 ) -> anyhow::Result<Option<Arc<dyn ds_processor_host::ProcessorOperator>>> {
     let Some(source) = env.processors()? else { return Ok(None) };
-    let (_, registry) = ds_processors_builtin::Catalog::builtin()
-        .load(&source.text, service)
-        .await
-        .map_err(|e| anyhow::anyhow!("{}: {e}", source.origin))?;
-    Ok(Some(Arc::new(ds_processor_host::OnDemandOperator::new(service.clone(), registry, None))))
+    let catalog = ds_processors_builtin::Catalog::builtin();
+    let (config, registry) =
+        catalog.load(&source.text, service).await.map_err(|e| anyhow::anyhow!("{}: {e}", source.origin))?;
+    let hosted: Arc<dyn ds_processor_host::ProcessorOperator> =
+        Arc::new(ds_processor_host::OnDemandOperator::new(service.clone(), registry, None));
+    // Inline processors run in this function: every append it serves is
+    // validated and reduced in its own commit.
+    let inline = Arc::new(catalog.build_inline(&config).map_err(|e| anyhow::anyhow!("{}: {e}", source.origin))?);
+    if inline.is_empty() {
+        return Ok(Some(hosted));
+    }
+    service.set_inline_gate(Arc::clone(&inline) as Arc<dyn ds_core::InlineGate>);
+    Ok(Some(Arc::new(ds_processor_host::InlineOperator::new(Some(hosted), inline, service.clone()))))
 }
 
 /// The subscriptions API over `service` (see the crate docs): the engine

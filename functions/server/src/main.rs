@@ -70,6 +70,9 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         ..ServiceConfig::default()
     };
     let service = StreamService::new(substrate, cfg);
+    if let Some(p) = &processors {
+        p.bind_inline(&service);
+    }
     if let Some(due) = expiry_due {
         let svc = service.clone();
         tokio::spawn(async move { svc.run_expiry_loop(due).await });
@@ -96,7 +99,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         store_name: stores::name(args.store),
         https: tls.is_some(),
         subscriptions: Some(subscriptions),
-        processors: processors.as_ref().map(|p| p.operator()),
+        processors: processors.as_ref().map(|p| p.operator(&service)),
         public_url: None,
     };
     let http = ds_http::HttpConfig {

@@ -8,6 +8,7 @@ use anyhow::Context;
 use ds_config::ProcessorsOrigin;
 use ds_core::{StreamService, Substrate};
 use ds_metrics::prometheus::ScrapeHook;
+use ds_processor_host::{InlineOperator, InlineRegistry};
 use ds_processor_local::{HostConfig, LocalHost};
 use ds_processors_builtin::{Catalog, ProcessorsConfig};
 
@@ -16,6 +17,8 @@ pub struct Hosted {
     origin: String,
     config: ProcessorsConfig,
     host: LocalHost,
+    /// The inline processors (validated and reduced in each append's commit).
+    inline: Arc<InlineRegistry>,
 }
 
 /// Reads the configuration (a file, or the TOML itself) and checks what
@@ -28,15 +31,23 @@ pub fn load(file: Option<&Path>, inline: Option<&str>) -> anyhow::Result<Option<
         ProcessorsOrigin::Inline => "--processors-toml".to_owned(),
     };
     let config = ProcessorsConfig::from_toml(&source.text).with_context(|| origin.clone())?;
-    Catalog::builtin().check(&config).with_context(|| origin.clone())?;
+    let inline = Arc::new(Catalog::builtin().build_inline(&config).with_context(|| origin.clone())?);
     let host_config = HostConfig { lag_log_interval: config.host.lag_log_interval, ..HostConfig::default() };
-    Ok(Some(Hosted { origin, config, host: LocalHost::new(host_config) }))
+    Ok(Some(Hosted { origin, config, host: LocalHost::new(host_config), inline }))
 }
 
 impl Hosted {
     /// The substrate whose commits wake the processors.
     pub fn tap(&self, substrate: Substrate) -> Substrate {
         self.host.tap(substrate)
+    }
+
+    /// Binds the inline processors to `service`'s appends: before anything
+    /// appends, so no append passes unchecked.
+    pub fn bind_inline(&self, service: &StreamService) {
+        if !self.inline.is_empty() {
+            service.set_inline_gate(Arc::clone(&self.inline) as Arc<dyn ds_core::InlineGate>);
+        }
     }
 
     /// Checks every processor against the store (kinds, patterns, options,
@@ -47,8 +58,11 @@ impl Hosted {
         Ok(())
     }
 
-    pub fn operator(&self) -> Arc<dyn ds_processor_host::ProcessorOperator> {
-        self.host.operator()
+    pub fn operator(&self, service: &StreamService) -> Arc<dyn ds_processor_host::ProcessorOperator> {
+        if self.inline.is_empty() {
+            return self.host.operator();
+        }
+        Arc::new(InlineOperator::new(Some(self.host.operator()), Arc::clone(&self.inline), service.clone()))
     }
 
     /// Sets `ds_processor_streams{processor}` and

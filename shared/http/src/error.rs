@@ -216,6 +216,7 @@ impl From<ds_processor_host::OperatorError> for ApiError {
             O::NotRegistered { .. } => Self::new(StatusCode::NOT_FOUND, "NOT_REGISTERED", msg),
             O::StreamNotFound { .. } => Self::new(StatusCode::NOT_FOUND, "NOT_FOUND", msg),
             O::NotJson { .. } => Self::new(StatusCode::CONFLICT, "NOT_A_JSON_STREAM", msg),
+            O::NotInline { .. } => Self::new(StatusCode::CONFLICT, "NOT_INLINE", msg),
             O::Runner(e) => e.into(),
             O::Unavailable(_) => {
                 Self::new(StatusCode::SERVICE_UNAVAILABLE, "UNAVAILABLE", msg).header("retry-after", 1)

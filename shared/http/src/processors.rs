@@ -8,6 +8,11 @@
 //! | `POST /v1/processors/{slug}/re-reduce/{stream}` | rebuild the state through the ack | `admin` on the stream |
 //! | `POST /v1/processors/{slug}/reprocess-from/{stream}` | rewind to a position (CAS on the cursor revision) | `admin` on the stream |
 //! | `POST /v1/processors/{slug}/skip-through/{stream}` | move past a poison event (CAS) | `admin` on the stream |
+//! | `POST /v1/processors/{slug}/reset/{stream}` | inline: start over from the initial state at the tail | `admin` on the stream |
+//! | `POST /v1/processors/{slug}/skip/{stream}` | inline: let appends pass unchecked until a reset | `admin` on the stream |
+//!
+//! For an inline processor `re-reduce` refolds its reduction from the whole
+//! stream now.
 //!
 //! Control bodies are JSON: `{"reason": "…", "position": N,
 //! "expectedRevision": R}` (`position` and `expectedRevision` for the two
@@ -49,6 +54,8 @@ pub(crate) enum Action {
     ReReduce,
     ReprocessFrom,
     SkipThrough,
+    Reset,
+    Skip,
 }
 
 /// A parsed operator API request path.
@@ -75,7 +82,7 @@ fn parse_rest(rest: &str) -> Result<Route, ApiError> {
         ApiError::new(
             StatusCode::NOT_FOUND,
             "NOT_FOUND",
-            "no such operator route: use /v1/processors/{slug}/streams|re-reduce|reprocess-from|skip-through/{stream}",
+            "no such operator route: use /v1/processors/{slug}/streams|re-reduce|reprocess-from|skip-through|reset|skip/{stream}",
         )
     };
     let mut parts = rest.splitn(3, '/');
@@ -92,6 +99,8 @@ fn parse_rest(rest: &str) -> Result<Route, ApiError> {
         "re-reduce" => Action::ReReduce,
         "reprocess-from" => Action::ReprocessFrom,
         "skip-through" => Action::SkipThrough,
+        "reset" => Action::Reset,
+        "skip" => Action::Skip,
         _ => return Err(usage()),
     };
     Ok(Route::Control { slug, action, stream })
@@ -120,8 +129,10 @@ async fn dispatch(operator: Operator, req: Request) -> Result<Response, ApiError
         }
         (Route::Show { slug, stream }, Method::GET) => json(&operator.show(&slug, &stream).await?),
         (Route::Control { slug, action, stream }, Method::POST) => {
-            let control = control(action, &body(req.into_body(), MAX_CONTROL_BODY, CONTROL_BODY_IDLE).await?)?;
-            json(&operator.control(&slug, &stream, control).await?)
+            match control(action, &body(req.into_body(), MAX_CONTROL_BODY, CONTROL_BODY_IDLE).await?)? {
+                Either::Hosted(control) => json(&operator.control(&slug, &stream, control).await?),
+                Either::Inline(control) => json(&operator.inline_control(&slug, &stream, control).await?),
+            }
         }
         (Route::Control { .. }, _) => Err(method_not_allowed("POST")),
         (_, _) => Err(method_not_allowed("GET")),
@@ -162,7 +173,14 @@ struct ControlBody {
     expected_revision: Option<u64>,
 }
 
-fn control(action: Action, bytes: &[u8]) -> Result<Control, ApiError> {
+/// A control of either family: the runner's, or an inline processor's own.
+#[derive(Debug, PartialEq)]
+enum Either {
+    Hosted(Control),
+    Inline(ds_core::InlineControl),
+}
+
+fn control(action: Action, bytes: &[u8]) -> Result<Either, ApiError> {
     let body: ControlBody = if bytes.iter().all(u8::is_ascii_whitespace) {
         ControlBody::default()
     } else {
@@ -175,11 +193,23 @@ fn control(action: Action, bytes: &[u8]) -> Result<Control, ApiError> {
     let required = |v: Option<u64>, field: &str| {
         v.ok_or_else(|| ApiError::bad_request(format!("control body: `{field}` is required for this control")))
     };
-    Ok(match action {
+    let no_cas = |name: &str| {
+        if body.position.is_some() || body.expected_revision.is_some() {
+            return Err(ApiError::bad_request(format!("{name} takes no `position` or `expectedRevision`")));
+        }
+        Ok(())
+    };
+    Ok(Either::Hosted(match action {
+        Action::Reset => {
+            no_cas("reset")?;
+            return Ok(Either::Inline(ds_core::InlineControl::Reset));
+        }
+        Action::Skip => {
+            no_cas("skip")?;
+            return Ok(Either::Inline(ds_core::InlineControl::Skip { reason }));
+        }
         Action::ReReduce => {
-            if body.position.is_some() || body.expected_revision.is_some() {
-                return Err(ApiError::bad_request("re-reduce takes no `position` or `expectedRevision`"));
-            }
+            no_cas("re-reduce")?;
             Control::ReReduce { reason }
         }
         Action::ReprocessFrom => Control::ReprocessFrom {
@@ -192,7 +222,7 @@ fn control(action: Action, bytes: &[u8]) -> Result<Control, ApiError> {
             expected_revision: required(body.expected_revision, "expectedRevision")?,
             reason,
         },
-    })
+    }))
 }
 
 fn json(value: &impl serde::Serialize) -> Result<Response, ApiError> {
@@ -224,6 +254,10 @@ mod tests {
             parse("/v1/processors/c/skip-through/a/b").unwrap(),
             Route::Control { slug: "c".into(), action: Action::SkipThrough, stream: "a/b".into() }
         );
+        assert_eq!(
+            parse("/v1/processors/c/reset/a/b").unwrap(),
+            Route::Control { slug: "c".into(), action: Action::Reset, stream: "a/b".into() }
+        );
         assert_eq!(parse("/v1/processors/c/rewind/a").unwrap_err().status, StatusCode::NOT_FOUND);
         assert_eq!(parse("/v1/processors/c/streams/a/%2E%2E/b").unwrap_err().status, StatusCode::BAD_REQUEST);
         assert_eq!(parse("/v1/processors/c").unwrap_err().status, StatusCode::NOT_FOUND);
@@ -232,11 +266,20 @@ mod tests {
 
     #[test]
     fn control_bodies_need_their_fields() {
-        assert_eq!(control(Action::ReReduce, b"").unwrap(), Control::ReReduce { reason: DEFAULT_REASON.into() });
+        assert_eq!(
+            control(Action::ReReduce, b"").unwrap(),
+            Either::Hosted(Control::ReReduce { reason: DEFAULT_REASON.into() })
+        );
         assert_eq!(
             control(Action::ReprocessFrom, br#"{"position":5,"expectedRevision":2,"reason":"fix"}"#).unwrap(),
-            Control::ReprocessFrom { position: 5, expected_revision: 2, reason: "fix".into() }
+            Either::Hosted(Control::ReprocessFrom { position: 5, expected_revision: 2, reason: "fix".into() })
         );
+        assert_eq!(
+            control(Action::Skip, br#"{"reason":"bad schema"}"#).unwrap(),
+            Either::Inline(ds_core::InlineControl::Skip { reason: "bad schema".into() })
+        );
+        assert_eq!(control(Action::Reset, b"").unwrap(), Either::Inline(ds_core::InlineControl::Reset));
+        assert!(control(Action::Reset, br#"{"position":5}"#).is_err());
         let missing = control(Action::SkipThrough, br#"{"position":5}"#).unwrap_err();
         assert!(missing.message.contains("`expectedRevision` is required"), "{}", missing.message);
         assert!(control(Action::ReReduce, br#"{"position":5}"#).is_err());

@@ -25,12 +25,17 @@
 //! - [`ProcessorRegistry`]: which processors ([`ProcessorSpec`]) run on
 //!   which streams (path patterns), opened per stream as type-erased
 //!   [`HostedRunner`]s.
+//! - [`InlineRegistry`]: inline processors ([`InlineAdapter`]: a typed
+//!   processor's `validate` and `reduce` inside the append's own commit),
+//!   the core's `InlineGate`.
 //! - [`ProcessorOperator`]: what operators see and do (lag, state, the
 //!   runner's controls), served by the HTTP operator API; [`OnDemandOperator`]
 //!   is its implementation for hosts that keep no runner open.
 
 mod alarms;
 mod hosted;
+mod inline;
+mod inline_operator;
 mod journal;
 mod operator;
 mod progress;
@@ -38,10 +43,12 @@ mod recovery;
 
 pub use alarms::{AlarmScheduler, FiredAlarm, InProcAlarms};
 pub use hosted::{HostedRunner, ProcessorRegistry, ProcessorSpec, Registration, RegistryError, Spec};
+pub use inline::{InlineAdapter, InlineHosted, InlineRegistry, InlineRegistryError, LastRejection};
+pub use inline_operator::InlineOperator;
 pub use journal::StreamJournal;
 pub use operator::{
-    processed_stream, record_detail, resolve, runner_detail, stored_progress, Control, OnDemandOperator, OperatorError,
-    ProcessorDetail, ProcessorOperator, ProcessorPage, ProcessorStatus,
+    inline_control_name, processed_stream, record_detail, resolve, runner_detail, stored_progress, Control,
+    InlineStatus, OnDemandOperator, OperatorError, ProcessorDetail, ProcessorOperator, ProcessorPage, ProcessorStatus,
 };
 pub use progress::RecordProgressStore;
 pub use recovery::StreamRecovery;

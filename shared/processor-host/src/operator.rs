@@ -50,6 +50,24 @@ pub struct ProcessorStatus {
     pub last_error: Option<String>,
     #[serde(default)]
     pub pending_background: usize,
+    /// Set for an inline processor (validated and reduced in each append's
+    /// commit): what it refused, whether an operator skipped it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inline: Option<InlineStatus>,
+}
+
+/// What an inline processor adds to its status.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InlineStatus {
+    pub kind: String,
+    /// Appends it refused (on any stream) since the answering process started.
+    pub rejections: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_rejection: Option<crate::LastRejection>,
+    /// Why an operator skipped it on this stream (appends pass unchecked).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skipped: Option<String>,
 }
 
 impl ProcessorStatus {
@@ -70,6 +88,7 @@ impl ProcessorStatus {
             retry_count: runtime.retry_count,
             last_error: runtime.last_error.clone(),
             pending_background: runtime.pending_background,
+            inline: None,
         }
     }
 
@@ -93,6 +112,7 @@ impl ProcessorStatus {
             retry_count: 0,
             last_error: None,
             pending_background: 0,
+            inline: None,
         }
     }
 }
@@ -164,6 +184,9 @@ pub enum OperatorError {
         "stream {stream:?} is not a JSON stream (content type {content_type:?}): processors read JSON streams only"
     )]
     NotJson { stream: String, content_type: String },
+    /// A control only inline processors have (reset, skip) asked of a hosted one.
+    #[error("processor {slug:?} is not an inline processor: {control} applies to inline processors only")]
+    NotInline { slug: String, control: &'static str },
     #[error(transparent)]
     Runner(#[from] RunnerError),
     /// The store could not be read; may be retried.
@@ -187,6 +210,25 @@ pub trait ProcessorOperator: Send + Sync {
     async fn show(&self, slug: &str, stream: &str) -> Result<ProcessorDetail, OperatorError>;
     /// Applies `control`, then answers as [`Self::show`].
     async fn control(&self, slug: &str, stream: &str, control: Control) -> Result<ProcessorDetail, OperatorError>;
+    /// An inline processor's own controls (reset, skip); a host without
+    /// inline processors has none.
+    async fn inline_control(
+        &self,
+        slug: &str,
+        _stream: &str,
+        control: ds_core::InlineControl,
+    ) -> Result<ProcessorDetail, OperatorError> {
+        Err(OperatorError::NotInline { slug: slug.to_owned(), control: inline_control_name(&control) })
+    }
+}
+
+/// A control's name in messages.
+pub fn inline_control_name(control: &ds_core::InlineControl) -> &'static str {
+    match control {
+        ds_core::InlineControl::Reset => "reset",
+        ds_core::InlineControl::Skip { .. } => "skip",
+        ds_core::InlineControl::ReReduce => "re-reduce",
+    }
 }
 
 /// The registration of `slug`, if it runs on `stream`.
@@ -274,14 +316,18 @@ pub struct OnDemandOperator {
 }
 
 /// Stream metas read per listing call.
-const LIST_PAGE: usize = 500;
+pub(crate) const LIST_PAGE: usize = 500;
 
 /// What a listing of processed streams needs to read: the streams under
 /// the longest common start of the registrations' literal prefixes (every
 /// stream a registration can match is there; on AWS a listing costs what
 /// it finds, not the table); `None` without registrations.
 fn listing_prefix(registrations: &[Registration]) -> Option<String> {
-    let mut prefixes = registrations.iter().map(|r| r.pattern.literal_prefix());
+    common_prefix(registrations.iter().map(|r| r.pattern.literal_prefix()))
+}
+
+/// The longest common start of `prefixes`; `None` without any.
+pub(crate) fn common_prefix(mut prefixes: impl Iterator<Item = String>) -> Option<String> {
     let first = prefixes.next()?;
     let common = prefixes.fold(first, |common, p| {
         let mut len = common.bytes().zip(p.bytes()).take_while(|(a, b)| a == b).count();

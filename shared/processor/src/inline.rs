@@ -44,6 +44,44 @@ pub struct Admission<E, S> {
     previous_state: Option<S>,
 }
 
+/// Validates and folds one append's entries, all or none: the first
+/// refusal is returned with the position of the entry it refused, and the
+/// state is dropped (nothing of the append counts). Entries the processor
+/// does not consume pass; a consumed entry that does not decode is refused
+/// (the pre-commit gate does not commit what its own fold cannot read).
+pub fn admit_entries<P: Processor>(
+    processor: &P,
+    mut state: P::State,
+    entries: &[JournalEntry],
+) -> Result<P::State, (u64, AdmitError)> {
+    let contract = processor.contract();
+    for entry in entries {
+        match decode::<P::Event>(contract, entry) {
+            Decoded::Deliverable(envelope) => {
+                processor.validate(&envelope, &state).map_err(|r| (entry.position, r.into()))?;
+                state = processor.reduce(state, &envelope);
+            }
+            Decoded::Malformed { event_type, reason } => {
+                return Err((entry.position, AdmitError::Malformed { event_type, reason }))
+            }
+            Decoded::Unconsumed => {}
+        }
+    }
+    Ok(state)
+}
+
+/// Folds committed entries without validating them (an inline refold):
+/// what does not decode is passed over, as the hosted runner passes it.
+pub fn fold_entries<P: Processor>(processor: &P, mut state: P::State, entries: &[JournalEntry]) -> P::State {
+    let contract = processor.contract();
+    for entry in entries {
+        if let Decoded::Deliverable(envelope) = decode::<P::Event>(contract, entry) {
+            state = processor.reduce(state, &envelope);
+        }
+    }
+    state
+}
+
 /// Validate + reduce at the commit point.
 pub struct InlineRunner<P: Processor> {
     processor: P,

@@ -316,7 +316,7 @@ pub use event::{Envelope, JournalEntry, Metadata, OutgoingEvent};
 pub use fence::{check_fence, Expectation, Fence, FenceRejection};
 pub use idempotency::{event_key, stable_key};
 pub use incarnation::StreamIncarnation;
-pub use inline::{Admission, AdmitError, InlineBlockingUnsupported, InlineRunner};
+pub use inline::{admit_entries, fold_entries, Admission, AdmitError, InlineBlockingUnsupported, InlineRunner};
 pub use ports::{Alarm, AppendOutcome, Journal, JournalError, ProgressError, ProgressStore, Recovery, RecoveryError};
 pub use processor::{ProcessCall, Processor, Rejection};
 pub use progress::{PendingAudit, Processing, Progress, Reduction, StoredProgress};

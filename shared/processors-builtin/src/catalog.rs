@@ -5,8 +5,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use ds_core::InlineProcessor;
 use ds_core::StreamService;
-use ds_processor_host::{ProcessorRegistry, ProcessorSpec, RegistryError};
+use ds_processor_host::{InlineRegistry, ProcessorRegistry, ProcessorSpec, RegistryError};
 use ds_protocol::glob::Glob;
 
 use crate::config::{ConfigError, ProcessorDef, ProcessorsConfig};
@@ -43,9 +44,14 @@ impl ProcessorKind for OutboxKind {
 }
 
 /// Kinds by name.
+/// Builds an inline processor (`inline = true`) of one kind.
+pub type InlineKind = Arc<dyn Fn(ProcessorDef) -> Result<Arc<dyn InlineProcessor>, ConfigError> + Send + Sync>;
+
 #[derive(Clone, Default)]
 pub struct Catalog {
     kinds: BTreeMap<String, Arc<dyn ProcessorKind>>,
+    /// Kinds that can run inside the append's commit.
+    inline_kinds: BTreeMap<String, InlineKind>,
 }
 
 impl Catalog {
@@ -59,6 +65,47 @@ impl Catalog {
         Self::empty()
             .with_kind("outbox", OutboxKind)
             .with_kind_fn("counter", |def, _service| crate::counter::build(def))
+            .with_inline_kind("counter", crate::counter::build_inline)
+            .with_inline_kind(crate::json_schema::KIND, |def| {
+                // It keeps no state: nothing is stored per append.
+                let processor = crate::json_schema::processor(def)?;
+                Ok(Arc::new(ds_processor_host::InlineAdapter::stateless(processor)) as Arc<dyn InlineProcessor>)
+            })
+    }
+
+    /// Adds a kind that runs inline (`inline = true`; the default when the
+    /// kind has no hosted form).
+    pub fn with_inline_kind<F>(mut self, name: &str, build: F) -> Self
+    where
+        F: Fn(ProcessorDef) -> Result<Arc<dyn InlineProcessor>, ConfigError> + Send + Sync + 'static,
+    {
+        self.inline_kinds.insert(name.to_owned(), Arc::new(build));
+        self
+    }
+
+    /// Whether `def` runs inline: as it says, else when its kind has only
+    /// an inline form.
+    pub fn is_inline(&self, def: &ProcessorDef) -> bool {
+        def.inline.unwrap_or_else(|| !self.kinds.contains_key(&def.kind) && self.inline_kinds.contains_key(&def.kind))
+    }
+
+    /// The inline processors of `config`, bound by their stream patterns:
+    /// what [`ds_core::StreamService::set_inline_gate`] takes.
+    pub fn build_inline(&self, config: &ProcessorsConfig) -> Result<InlineRegistry, ConfigError> {
+        self.check(config)?;
+        let mut registry = InlineRegistry::new();
+        for def in config.processors.iter().filter(|d| self.is_inline(d)) {
+            let build = self.inline_kinds.get(&def.kind).ok_or_else(|| def.error("inline", "not an inline kind"))?;
+            let processor = build(def.clone())?;
+            if processor.slug() != def.slug {
+                return Err(
+                    def.error("slug", format!("kind {:?} built {:?}, not {:?}", def.kind, processor.slug(), def.slug))
+                );
+            }
+            let pattern = Glob::parse(&def.streams).map_err(|e| def.error("streams", e.to_string()))?;
+            registry.register(&def.kind, pattern, processor).map_err(|e| def.error("slug", e.to_string()))?;
+        }
+        Ok(registry)
     }
 
     /// Adds (or replaces) the kind `name`.
@@ -77,7 +124,10 @@ impl Catalog {
 
     /// The kind names, sorted.
     pub fn kinds(&self) -> Vec<&str> {
-        self.kinds.keys().map(String::as_str).collect()
+        let mut kinds: Vec<&str> = self.kinds.keys().chain(self.inline_kinds.keys()).map(String::as_str).collect();
+        kinds.sort_unstable();
+        kinds.dedup();
+        kinds
     }
 
     /// What can be checked without the store: every kind is known, every
@@ -85,9 +135,19 @@ impl Catalog {
     pub fn check(&self, config: &ProcessorsConfig) -> Result<(), ConfigError> {
         let mut slugs: BTreeMap<&str, &str> = BTreeMap::new();
         for def in &config.processors {
-            if !self.kinds.contains_key(&def.kind) {
+            let (hosted, inline) = (self.kinds.contains_key(&def.kind), self.inline_kinds.contains_key(&def.kind));
+            if !hosted && !inline {
                 let known = self.kinds().join(", ");
                 return Err(def.error("kind", format!("unknown processor kind {:?} (known: {known})", def.kind)));
+            }
+            match (self.is_inline(def), hosted, inline) {
+                (true, _, false) => {
+                    return Err(def.error("inline", format!("kind {:?} cannot run inline", def.kind)));
+                }
+                (false, false, _) => {
+                    return Err(def.error("inline", format!("kind {:?} runs only inline", def.kind)));
+                }
+                _ => {}
             }
             Glob::parse(&def.streams).map_err(|e| def.error("streams", e.to_string()))?;
             if let Some(other) = slugs.insert(&def.slug, &def.streams) {
@@ -110,7 +170,7 @@ impl Catalog {
     ) -> Result<ProcessorRegistry, ConfigError> {
         self.check(config)?;
         let mut registry = ProcessorRegistry::new();
-        for def in &config.processors {
+        for def in config.processors.iter().filter(|d| !self.is_inline(d)) {
             let kind = self.kinds.get(&def.kind).ok_or_else(|| def.error("kind", "unknown processor kind"))?;
             let mut spec = kind.build(def.clone(), service).await?;
             if spec.slug() != def.slug {

@@ -11,6 +11,7 @@
 //! slug = "order-events"           # names its progress record: [A-Za-z0-9._-], at most 64
 //! streams = "orders/*"            # stream path pattern: `*` one segment, `**` any number
 //! checkpoint = "every 100 events" # optional: how often progress is persisted (see `checkpoint`)
+//! inline = false                  # optional: true runs it inside each append's commit (kinds that can)
 //! target = "order-events"         # kind-specific options follow
 //! ```
 
@@ -71,6 +72,9 @@ pub struct ProcessorDef {
     pub streams: String,
     /// `checkpoint = "…"`; `None`: the host's default.
     pub checkpoint: Option<CheckpointCadence>,
+    /// `inline = true|false`; `None`: the kind's default (inline for kinds
+    /// that only run inline, such as `json-schema`).
+    pub inline: Option<bool>,
     /// The kind-specific fields.
     pub options: Options,
 }
@@ -156,6 +160,7 @@ fn processor_def(number: usize, item: toml::Value) -> Result<ProcessorDef, Confi
         slug,
         streams: String::new(),
         checkpoint: None,
+        inline: None,
         options: Options::default(),
     };
     for field in ["kind", "slug", "streams"] {
@@ -179,6 +184,17 @@ fn processor_def(number: usize, item: toml::Value) -> Result<ProcessorDef, Confi
             return Err(def.error("checkpoint", format!("expected a string like \"every 100 events\", found {other}")))
         }
     };
+    def.inline = match t.remove("inline") {
+        None => None,
+        Some(toml::Value::Boolean(b)) => Some(b),
+        Some(other) => return Err(def.error("inline", format!("expected true or false, found {other}"))),
+    };
+    if def.inline == Some(true) && def.checkpoint.is_some() {
+        return Err(def.error(
+            "checkpoint",
+            "an inline processor has no checkpoint: its reduction is written in every append's own commit",
+        ));
+    }
     def.options = Options { number, slug: def.slug.clone(), fields: t };
     Ok(def)
 }
@@ -266,7 +282,7 @@ impl Options {
         match self.fields.keys().next() {
             None => Ok(()),
             Some(field) => {
-                let mut all = vec!["kind", "slug", "streams", "checkpoint"];
+                let mut all = vec!["kind", "slug", "streams", "checkpoint", "inline"];
                 all.extend_from_slice(known);
                 Err(self.error(field, format!("unknown field (this kind knows: {})", all.join(", "))))
             }
@@ -340,7 +356,7 @@ mod tests {
         let options = config.processors.remove(0).options;
         assert_eq!(
             options.finish(&["target"]).expect_err("unknown").to_string(),
-            "processor #1 (\"x\"): field `targt`: unknown field (this kind knows: kind, slug, streams, checkpoint, target)"
+            "processor #1 (\"x\"): field `targt`: unknown field (this kind knows: kind, slug, streams, checkpoint, inline, target)"
         );
     }
 

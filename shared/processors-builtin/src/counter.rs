@@ -118,8 +118,21 @@ impl Processor for Counter {
     }
 }
 
-/// Builds a counter from its configuration.
-pub fn build(mut def: ProcessorDef) -> Result<Arc<dyn ProcessorSpec>, ConfigError> {
+/// Builds a hosted counter from its configuration.
+pub fn build(def: ProcessorDef) -> Result<Arc<dyn ProcessorSpec>, ConfigError> {
+    let (slug, settings) = settings(def)?;
+    Ok(Arc::new(Spec::new(move || Counter::new(&slug, Arc::clone(&settings)))))
+}
+
+/// Builds an inline counter (`inline = true`): counted inside each append's
+/// commit, its state stored with the stream, so a cold start folds nothing.
+pub fn build_inline(def: ProcessorDef) -> Result<Arc<dyn ds_core::InlineProcessor>, ConfigError> {
+    let (slug, settings) = settings(def)?;
+    Ok(Arc::new(ds_processor_host::InlineAdapter::new(Counter::new(&slug, settings))))
+}
+
+/// The slug and settings of a counter's configuration.
+fn settings(mut def: ProcessorDef) -> Result<(String, Arc<CounterSettings>), ConfigError> {
     let consumes = def.options.strings("consumes")?.unwrap_or_else(|| vec![ANY_EVENT.to_owned()]);
     let group_by = def.options.string("group_by")?;
     let max_groups = def.options.count("max_groups")?.unwrap_or(DEFAULT_MAX_GROUPS);
@@ -131,9 +144,7 @@ pub fn build(mut def: ProcessorDef) -> Result<Arc<dyn ProcessorSpec>, ConfigErro
     }
     let max_groups = usize::try_from(max_groups).map_err(|_| def.options.invalid("max_groups", "too large"))?;
     def.options.finish(&["consumes", "group_by", "max_groups"])?;
-    let settings = Arc::new(CounterSettings { consumes, group_by, max_groups });
-    let slug = def.slug.clone();
-    Ok(Arc::new(Spec::new(move || Counter::new(&slug, Arc::clone(&settings)))))
+    Ok((def.slug.clone(), Arc::new(CounterSettings { consumes, group_by, max_groups })))
 }
 
 #[cfg(test)]
