@@ -563,7 +563,7 @@ mod tests {
         assert_eq!(
             config_error(&format!("{ORDER_PLACED_JSON}\nunknown_type = \"reject\"")),
             "processor #1 (\"s\"): field `unknown_type`: unknown field (this kind knows: kind, slug, streams, \
-             checkpoint, schemas, unknown_types, consumes)"
+             checkpoint, inline, schemas, unknown_types, consumes)"
         );
         assert_eq!(
             config_error(&format!("{ORDER_PLACED_JSON}\nunknown_types = \"drop\"")),
