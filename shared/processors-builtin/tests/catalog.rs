@@ -45,7 +45,7 @@ async fn mistakes_name_the_processor_and_the_field() {
     let cases = [
         (
             "[[processor]]\nkind = \"outbx\"\nslug = \"o\"\nstreams = \"a\"".to_owned(),
-            "processor #1 (\"o\"): field `kind`: unknown processor kind \"outbx\" (known: counter, outbox)",
+            "processor #1 (\"o\"): field `kind`: unknown processor kind \"outbx\" (known: counter, json-schema, outbox)",
         ),
         (
             "[[processor]]\nkind = \"counter\"\nslug = \"c\"\nstreams = \"orders/x*\"".to_owned(),
@@ -76,7 +76,23 @@ async fn mistakes_name_the_processor_and_the_field() {
             "processor #1 (\"c\"): field `group_by`: \"payload/x\" is not a JSON pointer",
         ),
     ];
-    for (toml, want) in cases {
+    let inline = [
+        (
+            outbox("target = \"feed\"\ninline = true"),
+            "processor #1 (\"o\"): field `inline`: kind \"outbox\" cannot run inline",
+        ),
+        (
+            "[[processor]]\nkind = \"json-schema\"\nslug = \"j\"\nstreams = \"a\"\ninline = false\nschemas.t = '{}'"
+                .to_owned(),
+            "processor #1 (\"j\"): field `inline`: kind \"json-schema\" runs only inline",
+        ),
+        (
+            "[[processor]]\nkind = \"counter\"\nslug = \"c\"\nstreams = \"a\"\ninline = true\ncheckpoint = \"idle\""
+                .to_owned(),
+            "processor #1 (\"c\"): field `checkpoint`: an inline processor has no checkpoint",
+        ),
+    ];
+    for (toml, want) in cases.into_iter().chain(inline) {
         let got = error(&svc, &toml).await;
         assert!(got.starts_with(want), "config:\n{toml}\nwant: {want}\ngot:  {got}");
     }
@@ -105,7 +121,7 @@ async fn a_custom_kind_is_registered_next_to_the_built_in_ones() {
         // The example counter's contract names it "counter", whatever the config says.
         Ok(Arc::new(Spec::new(ds_processor_examples::counter)))
     });
-    assert_eq!(catalog.kinds(), ["counter", "outbox", "tally"]);
+    assert_eq!(catalog.kinds(), ["counter", "json-schema", "outbox", "tally"]);
     let err = catalog.load("[[processor]]\nkind = \"tally\"\nslug = \"t\"\nstreams = \"a\"", &svc).await;
     assert!(matches!(&err, Err(ConfigError::Field { field, .. }) if field == "slug"), "{:?}", err.err());
     let ok = catalog.load("[[processor]]\nkind = \"tally\"\nslug = \"counter\"\nstreams = \"a\"", &svc).await;
@@ -117,4 +133,26 @@ mod ds_processor_examples {
     pub fn counter() -> ds_processor_testkit::examples::Counter {
         ds_processor_testkit::examples::Counter::new()
     }
+}
+
+/// Inline processors go to the inline registry (the append path), the rest
+/// to the hosted one: a processor runs in exactly one of them.
+#[tokio::test]
+async fn inline_processors_are_built_apart_from_hosted_ones() {
+    let svc = service();
+    let toml = "[[processor]]\nkind = \"counter\"\nslug = \"hosted\"\nstreams = \"orders/*\"\n\
+                [[processor]]\nkind = \"counter\"\nslug = \"inline\"\nstreams = \"orders/*\"\ninline = true\n\
+                [[processor]]\nkind = \"json-schema\"\nslug = \"schema\"\nstreams = \"orders/*\"\n\
+                schemas.placed = '{\"type\":\"object\"}'";
+    let catalog = Catalog::builtin();
+    let (config, hosted) = catalog.load(toml, &svc).await.unwrap();
+    let inline = catalog.build_inline(&config).unwrap();
+    let hosted: Vec<_> = hosted.for_path("orders/1").iter().map(|r| r.slug().to_owned()).collect();
+    assert_eq!(hosted, ["hosted"]);
+    let bound: Vec<_> = ds_core::InlineGate::bound(&inline, "orders/1").iter().map(|p| p.slug().to_owned()).collect();
+    assert_eq!(bound, ["inline", "schema"]);
+    assert!(ds_core::InlineGate::bound(&inline, "other/1").is_empty());
+    let schema = inline.hosted("schema").unwrap();
+    assert!(schema.processor().initial_state().is_none(), "json-schema keeps no state");
+    assert!(inline.hosted("inline").unwrap().processor().initial_state().is_some(), "the counter does");
 }
