@@ -54,6 +54,15 @@ enum ProcessorsCommand {
     ReprocessFrom(Move),
     /// Move past a poison event: everything through POSITION is reduced, none of it processed.
     SkipThrough(Move),
+    /// Inline processors: start over from the initial state at the stream's tail (also ends a skip).
+    Reset { processor: String, stream: String },
+    /// Inline processors: let appends pass unchecked until a reset (a refold that fails, a schema gone wrong).
+    Skip {
+        processor: String,
+        stream: String,
+        #[arg(long)]
+        reason: Option<String>,
+    },
 }
 
 /// A control that moves a processor's cursor, guarded by its revision.
@@ -113,6 +122,10 @@ pub async fn run(args: ProcessorsArgs) -> anyhow::Result<()> {
         ProcessorsCommand::ReReduce { processor, stream, reason } => {
             (control_path("re-reduce", processor, stream), Some(json!({ "reason": reason })))
         }
+        ProcessorsCommand::Reset { processor, stream } => (control_path("reset", processor, stream), Some(json!({}))),
+        ProcessorsCommand::Skip { processor, stream, reason } => {
+            (control_path("skip", processor, stream), Some(json!({ "reason": reason })))
+        }
         ProcessorsCommand::ReprocessFrom(m) => {
             let (p, b) = m.control("reprocess-from");
             (p, Some(b))
@@ -138,8 +151,16 @@ fn print_table(page: &Value) {
     let mut table =
         vec![["PROCESSOR", "STREAM", "TAIL", "REDUCED", "ACKED", "LAG", "REVISION", "STATE"].map(String::from)];
     for r in &rows {
+        let inline = &r["inline"];
         let state = match (&r["phase"], &r["lastError"]) {
             (_, Value::String(e)) => format!("retrying: {e}"),
+            (Value::String(p), _) if inline.is_object() => {
+                let mut s = format!("{p} ({}), {} rejected", cell(&inline["kind"]), cell(&inline["rejections"]));
+                if let Some(last) = inline["lastRejection"]["reason"].as_str() {
+                    s.push_str(&format!(", last: {last}"));
+                }
+                s
+            }
             (Value::String(p), _) => p.clone(),
             _ => "not running".to_owned(),
         };
