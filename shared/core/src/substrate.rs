@@ -130,6 +130,19 @@ pub trait StreamStore: Send + Sync + 'static {
         self.read_producer(stream, incarnation, producer_id).await
     }
 
+    /// [`Self::read_record`] for planning a commit that writes the record
+    /// under its revision condition: a store may answer from a cache of
+    /// what it read or committed, since a stale answer fails that condition
+    /// (and the plan is redone on consistent reads).
+    async fn read_record_for_update(
+        &self,
+        stream: &StreamHandle,
+        incarnation: &str,
+        key: &str,
+    ) -> Result<Option<Record>, StoreError> {
+        self.read_record(stream, incarnation, key).await
+    }
+
     /// The record `key` of `(stream, incarnation)` ([`crate::Record`]).
     async fn read_record(
         &self,

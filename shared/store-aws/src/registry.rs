@@ -65,6 +65,11 @@ pub struct StreamCtx {
     cache: Mutex<Option<CachedMeta>>,
     /// Producer states, valid for the meta version they were read under.
     producers: Mutex<ProducerCache>,
+    /// Records read or committed by this process, by `(incarnation, key)`
+    /// (inline reductions, read by every append's plan). No meta tag is
+    /// needed: a record's own write carries its revision as a condition, so
+    /// a stale entry fails its commit, which re-plans from consistent reads.
+    records: Mutex<HashMap<(String, String), ds_core::Record>>,
     /// Latest known tail signal; `None` until first observed.
     pub signal: watch::Sender<Option<TailSignal>>,
     pub subscribers: AtomicUsize,
@@ -129,6 +134,7 @@ impl StreamCtx {
             group: crate::group_queue::Queue::default(),
             cache: Mutex::new(None),
             producers: Mutex::new(ProducerCache::default()),
+            records: Mutex::new(HashMap::new()),
             signal: watch::channel(None).0,
             subscribers: AtomicUsize::new(0),
             poller_running: Mutex::new(false),
@@ -293,6 +299,27 @@ impl StreamCtx {
     /// Forget every cached producer state (after a lost race or a delete).
     pub fn forget_producers(&self) {
         lock(&self.producers).states.clear();
+        lock(&self.records).clear();
+    }
+
+    /// A record this process read or committed (see `records`).
+    pub fn cached_record(&self, incarnation: &str, key: &str) -> Option<ds_core::Record> {
+        lock(&self.records).get(&(incarnation.to_owned(), key.to_owned())).cloned()
+    }
+
+    /// Cache `record` as stored at `(incarnation, key)`, unless a newer
+    /// revision is cached already.
+    pub fn remember_record(&self, incarnation: &str, key: &str, record: ds_core::Record) {
+        let mut records = lock(&self.records);
+        // Bounded: a stream with very many records read for update (there
+        // is one per inline processor) just loses its cache.
+        if records.len() >= 64 {
+            records.clear();
+        }
+        let slot = records.entry((incarnation.to_owned(), key.to_owned())).or_insert_with(|| record.clone());
+        if slot.revision < record.revision {
+            *slot = record;
+        }
     }
 
     /// Our own touch was written: keep the cached copy in step.

@@ -177,6 +177,25 @@ impl StreamStore for AwsStore {
 
     /// Consistent `GetItem` of the record item.
     #[tracing::instrument(level = "debug", skip(self, stream), fields(path = stream.path()))]
+    /// From the stream's cache when this process read or committed the
+    /// record (see `StreamCtx::cached_record`), else [`Self::read_record`].
+    async fn read_record_for_update(
+        &self,
+        stream: &StreamHandle,
+        incarnation: &str,
+        key: &str,
+    ) -> Result<Option<Record>, StoreError> {
+        let ctx = self.b.registry.context_of(stream);
+        if let Some(record) = ctx.cached_record(incarnation, key) {
+            return Ok(Some(record));
+        }
+        let record = self.read_record(stream, incarnation, key).await?;
+        if let Some(r) = &record {
+            ctx.remember_record(incarnation, key, r.clone());
+        }
+        Ok(record)
+    }
+
     async fn read_record(
         &self,
         stream: &StreamHandle,

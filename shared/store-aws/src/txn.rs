@@ -260,6 +260,9 @@ async fn after_success(b: &Backend, writes: &NetWrites, cid: &str) {
         let at = ctx.producer_tag();
         ctx.remember_producer(&at, &p.incarnation, &p.producer_id, Some(p.state));
     }
+    for r in &writes.records {
+        b.registry.get(&r.path).remember_record(&r.incarnation, &r.key, r.record.clone());
+    }
     for (path, incarnation) in &writes.wiped {
         if let Err(e) = crate::cleanup::purge_incarnation(b, path, incarnation).await {
             // Unreachable garbage (its incarnation is gone): `cleanup::sweep_path`

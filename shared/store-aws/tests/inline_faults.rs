@@ -2,6 +2,8 @@
 //! one `TransactWriteItems`, or neither: injected failures of that call
 //! (a rejection, throttling past the retry budget, a lost answer) leave the
 //! stream and the reduction in step, seen from this instance and another.
+//! And a warm writer pays for its reduction nothing but the item it adds
+//! to the transaction: no read of the reduction per append.
 
 use std::sync::Arc;
 
@@ -9,7 +11,7 @@ use bytes::Bytes;
 use ds_core::contract::inline::{AllStreams, Summer};
 use ds_core::{AppendRequest, ServiceConfig, ServiceError, StoreError, StreamService};
 use ds_store_aws::config::RetryConfig;
-use ds_store_aws::test_util::AwsFactory;
+use ds_store_aws::test_util::{AwsFactory, CallCounter};
 use ds_store_aws::{AwsConfig, AwsSubstrate, Fault, FaultPoint};
 
 fn setup(f: &AwsFactory) -> (AwsSubstrate, StreamService) {
@@ -38,15 +40,45 @@ async fn observe(svc: &StreamService, path: &str) -> (Vec<i64>, [i64; 2], u64, u
     (values, serde_json::from_slice(&r.state).expect("state"), r.reduced_through, view.meta.tail)
 }
 
+/// The emulator's call counts are global: the tests of this file run one
+/// at a time.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+async fn create_json(svc: &StreamService, path: &str) {
+    let mut create = ds_core::contract::fixtures::create_request(path);
+    create.content_type = Some("application/json".into());
+    svc.create(create).await.expect("create");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_warm_writer_reads_no_reduction_per_append() {
+    let Some(f) = AwsFactory::new("a_warm_writer_reads_no_reduction_per_append").await else { return };
+    let _serial = SERIAL.lock().await;
+    let (_aws, svc) = setup(&f);
+    let path = format!("inline/warm/{}", uuid::Uuid::new_v4());
+    create_json(&svc, &path).await;
+    svc.append(append(&path, 1)).await.expect("first append");
+    let counter = CallCounter::new().expect("an emulator");
+    counter.reset().await;
+    for n in 2..=21 {
+        svc.append(append(&path, n)).await.expect("append");
+    }
+    let calls = counter.calls().await;
+    let ddb = calls.get("dynamodb").cloned().unwrap_or_default();
+    assert_eq!(ddb.get("TransactWriteItems"), Some(&20), "{calls:?}");
+    assert_eq!(ddb.get("GetItem"), None, "the reduction comes from the commits this process made: {calls:?}");
+    let (_, sum, through, tail) = observe(&svc, &path).await;
+    assert_eq!((sum, through), ([231, 21], tail));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_transaction_leaves_stream_and_reduction_in_step() {
     let Some(f) = AwsFactory::new("a_failed_transaction_leaves_stream_and_reduction_in_step").await else { return };
+    let _serial = SERIAL.lock().await;
     let (aws, svc) = setup(&f);
     let (_other_aws, other) = setup(&f);
     let path = format!("inline/faults/{}", uuid::Uuid::new_v4());
-    let mut create = ds_core::contract::fixtures::create_request(&path);
-    create.content_type = Some("application/json".into());
-    svc.create(create).await.expect("create");
+    create_json(&svc, &path).await;
     svc.append(append(&path, 1)).await.expect("append");
     let start = observe(&svc, &path).await;
     assert_eq!((start.0.clone(), start.1), (vec![1], [1, 1]));

@@ -460,12 +460,13 @@ impl StreamService {
         key: &str,
         reads: Reads,
     ) -> ServiceResult<Option<crate::Record>> {
-        if reads == Reads::MayCache {
-            if let Some(predicted) = self.speculation.record(&meta.path, &meta.incarnation, key) {
-                return Ok(Some(predicted));
-            }
+        if reads == Reads::Consistent {
+            return Ok(self.sub.store.read_record(stream, &meta.incarnation, key).await?);
         }
-        Ok(self.sub.store.read_record(stream, &meta.incarnation, key).await?)
+        if let Some(predicted) = self.speculation.record(&meta.path, &meta.incarnation, key) {
+            return Ok(Some(predicted));
+        }
+        Ok(self.sub.store.read_record_for_update(stream, &meta.incarnation, key).await?)
     }
 
     /// The live meta of `path`: absent → `NotFound`; soft-deleted → `Gone`;
