@@ -252,6 +252,19 @@ pub async fn inline_refolds_once_on_a_new_version(f: &dyn SubstrateFactory) {
     let (sum, through, tail) = reduction(&v2, "sum", &path).await.expect("reduction");
     assert_eq!(sum, [2 * 21, 6], "every message folded at the new version once");
     assert_eq!(through, tail);
+
+    // A fork inherits the history, not the record: its first append folds
+    // what it inherited (read through the source), then itself.
+    let fork = format!("{path}-fork");
+    let mut req = super::fixtures::create_request(&fork);
+    req.content_type = Some("application/json".into());
+    req.fork = Some(crate::ForkRequest { source: path.clone(), offset: None, sub_offset: 0 });
+    v2.create(req).await.expect("fork");
+    v2.append(append(&fork, r#"{"n":100}"#, None)).await.expect("append to the fork");
+    assert_eq!(doubled.refolded.load(Ordering::SeqCst), 4 + 6, "the fork refolded its six inherited messages");
+    let (sum, through, tail) = reduction(&v2, "sum", &fork).await.expect("the fork's reduction");
+    assert_eq!((sum, through), ([2 * 121, 7], tail));
+    assert_eq!(reduction(&v2, "sum", &path).await.map(|r| r.0), Some([42, 6]), "the source's is its own");
 }
 
 /// A refold that fails refuses appends with an error naming the processor
