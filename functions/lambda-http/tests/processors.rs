@@ -141,3 +141,57 @@ async fn the_function_serves_the_operator_api_from_the_progress_records() {
     assert_eq!(audits, 1, "{events}");
     host.shutdown().await;
 }
+
+const INLINE: &str = r#"
+[[processor]]
+kind = "json-schema"
+slug = "order-schema"
+streams = "orders/*"
+schemas."order/placed" = '''{"type":"object","required":["status"],"properties":{"status":{"type":"string"}}}'''
+
+[[processor]]
+kind = "counter"
+slug = "order-count"
+streams = "orders/*"
+inline = true
+"#;
+
+/// Inline processors run in the HTTP function itself: an append the schema
+/// refuses is answered 400 and writes nothing; an accepted one is counted
+/// in its own transaction, which the operator API shows at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_function_runs_inline_processors_on_its_appends() {
+    let Some(factory) = AwsFactory::new("the_function_runs_inline_processors").await else { return };
+    let service = StreamService::new(factory.aws().substrate(), ServiceConfig::default());
+    let env: HashMap<&str, String> = HashMap::from([("DS_PROCESSORS_TOML", INLINE.to_owned())]);
+    let settings = ds_config::Settings::new(move |k: &str| env.get(k).cloned());
+    let mut ops = lambda_http_fn::operations(&settings).unwrap();
+    ops.processors = lambda_http_fn::processors(&settings, &service).await.unwrap();
+    let router = ds_http::router_with(service, lambda_http_fn::http_config_from_env().unwrap(), ops);
+    let handler = lambda_http_fn::handler(router);
+    let call = |method: &'static str, target: String, body: String| {
+        let handler = handler.clone();
+        async move {
+            let resp = handler.oneshot(event(method, &target, &body).into()).await.unwrap();
+            let status = resp.status().as_u16();
+            let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+            (status, serde_json::from_slice::<Value>(&bytes).unwrap_or(Value::Null))
+        }
+    };
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
+    let stream = format!("orders/inline-{nanos}");
+    assert_eq!(call("PUT", format!("/v1/stream/{stream}"), String::new()).await.0, 201);
+    let good = json!({"type": "order/placed", "payload": {"status": "new"}}).to_string();
+    let bad = json!({"type": "order/placed", "payload": {"status": 7}}).to_string();
+    assert_eq!(call("POST", format!("/v1/stream/{stream}"), good.clone()).await.0, 204);
+    let (status, refused) = call("POST", format!("/v1/stream/{stream}"), bad).await;
+    assert_eq!(status, 400, "{refused}");
+    assert_eq!(refused["error"]["processor"], "order-schema", "{refused}");
+    assert_eq!(call("POST", format!("/v1/stream/{stream}"), good).await.0, 204);
+    let (status, shown) = call("GET", format!("/v1/processors/order-count/streams/{stream}"), String::new()).await;
+    assert_eq!(status, 200, "{shown}");
+    assert_eq!(shown["state"]["count"], 2, "{shown}");
+    assert_eq!(shown["reducedThrough"], shown["tail"], "{shown}");
+    let (_, schema) = call("GET", format!("/v1/processors/order-schema/streams/{stream}"), String::new()).await;
+    assert_eq!(schema["inline"]["rejections"], 1, "{schema}");
+}
