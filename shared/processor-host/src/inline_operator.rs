@@ -7,13 +7,13 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use ds_core::{InlineControl, InlineProcessor, ServiceError, StreamMeta, StreamService};
+use ds_core::{InlineControl, InlineProcessor, StreamMeta, StreamService};
 use serde_json::Value;
 
 use crate::inline::{InlineHosted, InlineRegistry};
 use crate::operator::{
-    common_prefix, processed_stream, Control, InlineStatus, OperatorError, ProcessorDetail, ProcessorOperator,
-    ProcessorPage, ProcessorStatus, LIST_PAGE,
+    common_prefix, list_streams, processed_stream, Control, InlineStatus, OperatorError, ProcessorDetail,
+    ProcessorOperator, ProcessorPage, ProcessorStatus,
 };
 
 /// Hosted and inline processors behind one operator API.
@@ -57,39 +57,20 @@ impl InlineOperator {
     /// Inline statuses of the streams after `after`, at most `limit`
     /// streams; `next` when more may follow.
     async fn inline_page(&self, after: Option<&str>, limit: usize) -> Result<ProcessorPage, OperatorError> {
-        let mut page = ProcessorPage { processors: Vec::new(), next: None };
         let entries = self.inline.entries();
         let Some(prefix) = common_prefix(entries.iter().map(|e| e.pattern.literal_prefix())) else {
-            return Ok(page);
+            return Ok(ProcessorPage { processors: Vec::new(), next: None });
         };
-        let store = &self.service.substrate().store;
-        let now = self.service.clock().now_ms();
-        let (mut cursor, mut streams) = (after.map(str::to_owned), 0);
-        loop {
-            let metas = store
-                .list_streams_with_prefix(&prefix, cursor.as_deref(), LIST_PAGE)
-                .await
-                .map_err(ServiceError::from)?;
-            let Some(last) = metas.last() else { return Ok(page) };
-            cursor = Some(last.path.to_string());
-            for meta in &metas {
-                let live =
-                    !meta.soft_deleted && !meta.is_expired(now) && ds_protocol::headers::is_json(&meta.content_type);
-                let bound: Vec<_> = entries.iter().filter(|e| live && e.pattern.matches(&meta.path)).collect();
-                if bound.is_empty() {
-                    continue;
-                }
-                if streams == limit {
-                    page.next = page.processors.last().map(|s| s.stream.clone());
-                    return Ok(page);
-                }
-                for hosted in bound {
-                    let view = self.service.inline_view(hosted.slug(), &meta.path).await?;
-                    page.processors.push(status(hosted, &view.meta, view.reduction.as_ref()));
-                }
-                streams += 1;
+        let matches = |path: &str| entries.iter().any(|e| e.pattern.matches(path));
+        let statuses = |meta: StreamMeta| async move {
+            let mut out = Vec::new();
+            for hosted in entries.iter().filter(|e| e.pattern.matches(&meta.path)) {
+                let view = self.service.inline_view(hosted.slug(), &meta.path).await?;
+                out.push(status(hosted, &view.meta, view.reduction.as_ref()));
             }
-        }
+            Ok(out)
+        };
+        list_streams(&self.service, &prefix, after, limit, matches, statuses).await
     }
 }
 

@@ -316,7 +316,7 @@ pub struct OnDemandOperator {
 }
 
 /// Stream metas read per listing call.
-pub(crate) const LIST_PAGE: usize = 500;
+const LIST_PAGE: usize = 500;
 
 /// What a listing of processed streams needs to read: the streams under
 /// the longest common start of the registrations' literal prefixes (every
@@ -337,6 +337,46 @@ pub(crate) fn common_prefix(mut prefixes: impl Iterator<Item = String>) -> Optio
         common[..len].to_owned()
     });
     Some(common)
+}
+
+/// One page of a processor listing: the live JSON streams under `prefix`
+/// after `after` that `matches` takes, at most `limit` of them, each with
+/// what `statuses` says of it; `next` when more may follow.
+pub(crate) async fn list_streams<M, S, Fut>(
+    service: &StreamService,
+    prefix: &str,
+    after: Option<&str>,
+    limit: usize,
+    matches: M,
+    mut statuses: S,
+) -> Result<ProcessorPage, OperatorError>
+where
+    M: Fn(&str) -> bool,
+    S: FnMut(StreamMeta) -> Fut,
+    Fut: std::future::Future<Output = Result<Vec<ProcessorStatus>, OperatorError>>,
+{
+    let store = &service.substrate().store;
+    let now = service.clock().now_ms();
+    let (mut cursor, mut streams) = (after.map(str::to_owned), 0);
+    let mut page = ProcessorPage { processors: Vec::new(), next: None };
+    loop {
+        let metas =
+            store.list_streams_with_prefix(prefix, cursor.as_deref(), LIST_PAGE).await.map_err(ServiceError::from)?;
+        let Some(last) = metas.last() else { return Ok(page) };
+        cursor = Some(last.path.to_string());
+        for meta in metas {
+            let live = !meta.soft_deleted && !meta.is_expired(now) && ds_protocol::headers::is_json(&meta.content_type);
+            if !live || !matches(&meta.path) {
+                continue;
+            }
+            if streams == limit {
+                page.next = page.processors.last().map(|s| s.stream.clone());
+                return Ok(page);
+            }
+            page.processors.extend(statuses(meta).await?);
+            streams += 1;
+        }
+    }
 }
 
 impl OnDemandOperator {
@@ -369,33 +409,12 @@ impl OnDemandOperator {
 #[async_trait]
 impl ProcessorOperator for OnDemandOperator {
     async fn list(&self, after: Option<&str>, limit: usize) -> Result<ProcessorPage, OperatorError> {
-        let store = &self.service.substrate().store;
-        let now = self.service.clock().now_ms();
-        let mut cursor = after.map(str::to_owned);
-        let mut page = ProcessorPage { processors: Vec::new(), next: None };
-        let Some(prefix) = listing_prefix(self.registry.registrations()) else { return Ok(page) };
-        let mut streams = 0;
-        loop {
-            let metas = store
-                .list_streams_with_prefix(&prefix, cursor.as_deref(), LIST_PAGE)
-                .await
-                .map_err(ServiceError::from)?;
-            let Some(last) = metas.last() else { return Ok(page) };
-            cursor = Some(last.path.to_string());
-            for meta in &metas {
-                let live =
-                    !meta.soft_deleted && !meta.is_expired(now) && ds_protocol::headers::is_json(&meta.content_type);
-                if !live || !self.registry.registrations().iter().any(|r| r.pattern.matches(&meta.path)) {
-                    continue;
-                }
-                if streams == limit {
-                    page.next = page.processors.last().map(|s| s.stream.clone());
-                    return Ok(page);
-                }
-                page.processors.extend(self.statuses(meta).await?);
-                streams += 1;
-            }
-        }
+        let Some(prefix) = listing_prefix(self.registry.registrations()) else {
+            return Ok(ProcessorPage { processors: Vec::new(), next: None });
+        };
+        let matches = |path: &str| self.registry.registrations().iter().any(|r| r.pattern.matches(path));
+        list_streams(&self.service, &prefix, after, limit, matches, |meta| async move { self.statuses(&meta).await })
+            .await
     }
 
     async fn show(&self, slug: &str, stream: &str) -> Result<ProcessorDetail, OperatorError> {
