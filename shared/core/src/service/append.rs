@@ -165,7 +165,14 @@ impl StreamService {
             }
         }
         // After every other check: a processor sees only appends that would commit.
-        let inline = self.plan_inline(stream, &meta, &data, reads).await?;
+        // Boxed, and only when inline processors are configured: the refold's
+        // reads would otherwise grow this future (moved whole per append) for
+        // every server, bound or not.
+        let inline = if self.inline_configured() {
+            Box::pin(self.plan_inline(stream, &meta, &data, reads)).await?
+        } else {
+            Vec::new()
+        };
         let mut plan = self.append_plan(req, meta, data, accepted, inline);
         if req.close {
             // The stream was open (checked above): its close is listed in this commit.

@@ -66,6 +66,11 @@ impl StreamService {
         self.inline.get()
     }
 
+    /// Whether any inline processor is configured (a gate is bound).
+    pub(crate) fn inline_configured(&self) -> bool {
+        self.inline.get().is_some()
+    }
+
     /// The reduction records an append of `data` (framed messages landing
     /// at `meta.tail`) writes, or the refusal of one of its processors.
     /// Everything that awaits comes first; the verdicts are made after it,
@@ -129,7 +134,10 @@ impl StreamService {
         else {
             return;
         };
-        tracing::info!(path, processor = %processor, position, reason = %reason, "append rejected by an inline processor");
+        // Debug, not info: a client sending bad events at line rate must not
+        // become a log flood; the count and the last refusal are in the
+        // operator API, and the client got the reason in its 400.
+        tracing::debug!(path, processor = %processor, position, reason = %reason, "append rejected by an inline processor");
         if let Some(p) = gate.processor(processor) {
             p.rejected(path, &crate::InlineRefusal { position: *position, reason: reason.clone() });
         }
