@@ -4,6 +4,12 @@
     drive.py <port> append <n>    PUT a stream, then n POSTs of 100 B
     drive.py <port> catchup <n>   PUT a stream, 10,000 POSTs of 100 B, then
                                   n catch-up GETs of the whole stream
+    drive.py <port> append-json <n>          PUT a JSON stream orders/bench,
+                                  then n POSTs of one 100 B JSON event
+                                  (issue 43: with and without a json-schema
+                                  processor bound to orders/*)
+    drive.py <port> append-json-invalid <n>  the same with qty 0: each POST
+                                  must be refused (400) by the schema
 
 One keep-alive connection; every request goes out in one send() (so the
 server's reads do not depend on timing); each response is read whole
@@ -15,6 +21,10 @@ import sys
 
 RECORD = b"x" * 100
 RECORDS = 10_000
+# ds-load's json_event (tests/load/src/record.rs): 100 B; qty 0 is what
+# bench/inline.sh's schema refuses.
+EVENT = b'{"type":"order.placed","payload":{"id":"w000000s000000000001","qty":1,"note":"' + b"." * 19 + b'"}}'
+INVALID = EVENT.replace(b'"qty":1', b'"qty":0')
 
 
 def request(method, path, body=b"", headers=()):
@@ -60,6 +70,16 @@ class Conn:
 def main():
     port, workload, n = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
     c = Conn(port)
+    if workload.startswith("append-json"):
+        ct = ("content-type: application/json",)
+        status, _ = c.exchange(request("PUT", "/v1/stream/orders/bench", headers=ct))
+        assert 200 <= status < 300, status
+        refused = workload == "append-json-invalid"
+        append = request("POST", "/v1/stream/orders/bench", INVALID if refused else EVENT, ct)
+        for _ in range(n):
+            status, _ = c.exchange(append)
+            assert status == 400 if refused else 200 <= status < 300, status
+        return
     ct = ("content-type: application/octet-stream",)
     status, _ = c.exchange(request("PUT", "/v1/stream/bench", headers=ct))
     assert 200 <= status < 300, status

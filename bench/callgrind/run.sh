@@ -18,7 +18,7 @@
 #     --host 127.0.0.1 --port {port} --data-dir {dir} --durability memory"
 # Its worker threads are its own (TOKIO_WORKER_THREADS is still set).
 set -euo pipefail
-WORKLOAD="${1:?usage: run.sh append|catchup N1 N2 [out-dir]}"
+WORKLOAD="${1:?usage: run.sh append|catchup|append-json|append-json-invalid N1 N2 [out-dir]}"
 N1="${2:?N1}"; N2="${3:?N2}"
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 OUT="${4:-$ROOT/target/callgrind}"

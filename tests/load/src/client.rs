@@ -16,6 +16,8 @@ pub const CURSOR: &str = "stream-cursor";
 /// base64 in SSE; `sse` handles that too, but text keeps peers comparable).
 pub const BINARY: &str = "application/octet-stream";
 pub const TEXT: &str = "text/plain";
+/// P1's JSON event streams (the inline-processor benchmarks).
+pub const JSON: &str = "application/json";
 
 /// Upper bound on responses for one catch-up read: a server that never says
 /// `Stream-Up-To-Date` must fail, not hang the bench.

@@ -9,7 +9,7 @@ use clap::{Args, Parser, Subcommand};
 use ds_load::bench::{self, Workloads};
 use ds_load::calibrate;
 use ds_load::server::{parse_servers, Class, ServerSpec};
-use ds_load::workloads::{unique_tag, Params};
+use ds_load::workloads::{unique_tag, P1Body, Params};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -314,6 +314,16 @@ struct Knobs {
     p3_settle_ms: u64,
     #[arg(long, env = "DS_BENCH_P4_STREAMS", default_value_t = 10_000)]
     p4_streams: usize,
+    /// P1: what each append carries: binary (100 B records), json-event (a
+    /// 100 B JSON event on a JSON stream) or json-invalid (the same event
+    /// with qty 0, which bench/inline.sh's schema refuses: every append
+    /// must be answered 400).
+    #[arg(long, env = "DS_BENCH_P1_BODY", default_value = "binary", value_parser = P1Body::parse)]
+    p1_body: P1Body,
+    /// P1: put before every stream name, e.g. "orders/" for a processor
+    /// bound to `orders/*`.
+    #[arg(long, env = "DS_BENCH_P1_STREAM_PREFIX", default_value = "")]
+    p1_stream_prefix: String,
 }
 
 impl Knobs {
@@ -326,16 +336,19 @@ impl Knobs {
             p3_iterations: self.p3_iters,
             p3_settle: Duration::from_millis(self.p3_settle_ms),
             p4_streams: self.p4_streams,
+            p1_body: self.p1_body,
+            p1_stream_prefix: self.p1_stream_prefix.clone(),
             tag: unique_tag(),
         }
     }
 
     fn describe(&self) -> String {
         format!(
-            "P1 {} s per run, concurrency {}; P2 {} records, median of {} full reads per round; \
+            "P1 {} s per run, concurrency {}, {} bodies; P2 {} records, median of {} full reads per round; \
              P3 {} wake-ups per reader kind per round, {} ms settle; P4 {} streams",
             self.p1_secs,
             self.p1_concurrency,
+            self.p1_body.name(),
             self.p2_records,
             self.p2_reads,
             self.p3_iters,

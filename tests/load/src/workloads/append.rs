@@ -8,12 +8,12 @@
 //! telling the servers apart. The CPU each append costs the server (user +
 //! system, from `/proc/<pid>/stat`) does not depend on that ceiling.
 
-use super::{fail_all, Outcome, Params};
-use crate::client::{Client, BINARY};
+use super::{fail_all, Outcome, P1Body, Params};
+use crate::client::{Client, BINARY, JSON};
 use crate::cpu::process_cpu_secs;
 use crate::metrics::Metric;
 use crate::raw::{self, Reply, Template};
-use crate::record::{record, verify};
+use crate::record::{json_event, record, verify, verify_json};
 use anyhow::{bail, Result};
 use std::time::Duration;
 
@@ -26,8 +26,8 @@ pub async fn run(client: &Client, p: &Params, pid: Option<u32>) -> Vec<Outcome> 
     ];
     let mut out = Vec::new();
     for (metric, cpu_metric, streams, writers) in cases {
-        let tag = format!("{}-p1-{streams}x{writers}", p.tag);
-        match throughput(client, &tag, streams, writers, p.p1_duration, pid).await {
+        let tag = format!("{}{}-p1-{streams}x{writers}", p.p1_stream_prefix, p.tag);
+        match throughput_of(client, &tag, streams, writers, p.p1_duration, pid, p.p1_body).await {
             Ok(t) => {
                 out.push((metric, Ok(t.rate)));
                 if let Some(us) = t.server_cpu_us {
@@ -63,12 +63,29 @@ const SEQ_MARKER: u64 = 999_999_999_999;
 /// `{tag}-{w % streams}` and names itself by its index among that stream's
 /// writers (`w / streams`), so `verify` can check each stream.
 pub fn templates(host: &str, prefix: &str, tag: &str, streams: usize, writers: usize) -> Result<Vec<Template>> {
+    templates_of(host, prefix, tag, streams, writers, P1Body::Binary)
+}
+
+/// [`templates`] with appends carrying `body`.
+pub fn templates_of(
+    host: &str,
+    prefix: &str,
+    tag: &str,
+    streams: usize,
+    writers: usize,
+    body: P1Body,
+) -> Result<Vec<Template>> {
     let marker = format!("{SEQ_MARKER:012}");
     (0..writers)
         .map(|w| {
             let path = format!("{}/{tag}-{}", prefix.trim_end_matches('/'), w % streams);
-            let body = record((w / streams) as u32, SEQ_MARKER);
-            Template::new("POST", host, &path, BINARY, &body, marker.as_bytes())
+            let writer = (w / streams) as u32;
+            let (content_type, bytes) = match body {
+                P1Body::Binary => (BINARY, record(writer, SEQ_MARKER)),
+                P1Body::JsonEvent => (JSON, json_event(writer, SEQ_MARKER, true)),
+                P1Body::JsonInvalid => (JSON, json_event(writer, SEQ_MARKER, false)),
+            };
+            Template::new("POST", host, &path, content_type, &bytes, marker.as_bytes())
         })
         .collect()
 }
@@ -85,11 +102,17 @@ fn appended(r: &Reply) -> Result<()> {
     Ok(())
 }
 
-/// `writers` sequential writers (writer w on stream w % streams), one
-/// keep-alive connection each, append until `duration` has passed; returns
-/// acknowledged appends per second (and, given the server's `pid`, its CPU
-/// per append) after checking that every stream holds exactly the
-/// acknowledged records, each once, in each writer's order.
+/// A refused append (the reject path of an inline processor): exactly 400,
+/// so a server that accepts the invalid event, or fails otherwise, fails
+/// the run.
+fn refused(r: &Reply) -> Result<()> {
+    if r.status != 400 {
+        bail!("an append that should be refused: HTTP {} (expected 400)", r.status);
+    }
+    Ok(())
+}
+
+/// [`throughput_of`] with binary records.
 pub async fn throughput(
     client: &Client,
     tag: &str,
@@ -98,21 +121,48 @@ pub async fn throughput(
     duration: Duration,
     pid: Option<u32>,
 ) -> Result<Throughput> {
+    throughput_of(client, tag, streams, writers, duration, pid, P1Body::Binary).await
+}
+
+/// `writers` sequential writers (writer w on stream w % streams), one
+/// keep-alive connection each, append until `duration` has passed; returns
+/// acknowledged appends per second (and, given the server's `pid`, its CPU
+/// per append) after checking that every stream holds exactly the
+/// acknowledged records, each once, in each writer's order. With
+/// [`P1Body::JsonInvalid`] the figures are per refused request (every one
+/// must be a 400) and every stream must stay empty.
+pub async fn throughput_of(
+    client: &Client,
+    tag: &str,
+    streams: usize,
+    writers: usize,
+    duration: Duration,
+    pid: Option<u32>,
+    body: P1Body,
+) -> Result<Throughput> {
     let names: Vec<String> = (0..streams).map(|s| format!("{tag}-{s}")).collect();
+    let content_type = if body == P1Body::Binary { BINARY } else { JSON };
     for n in &names {
-        client.create(n, BINARY, None).await?;
+        client.create(n, content_type, None).await?;
     }
     let addr = raw::socket_addr(&client.target.base)?;
     let host = addr.to_string();
-    let t = templates(&host, &client.target.prefix, tag, streams, writers)?;
+    let t = templates_of(&host, &client.target.prefix, tag, streams, writers, body)?;
+    let check = if body == P1Body::JsonInvalid { refused } else { appended };
     let cpu_before = pid.and_then(process_cpu_secs);
-    let run = raw::drive(addr, t, duration, load_threads(), appended).await?;
+    let run = raw::drive(addr, t, duration, load_threads(), check).await?;
     let cpu_after = pid.and_then(process_cpu_secs);
     for (s, name) in names.iter().enumerate() {
         // Acknowledged counts of this stream's writers, by local index.
         let mine: Vec<u64> = run.acked.iter().skip(s).step_by(streams).copied().collect();
         let read = client.read_all(name).await?;
-        verify(&read.body, &mine).map_err(|e| e.context(format!("stream {name}")))?;
+        let checked = match body {
+            P1Body::Binary => verify(&read.body, &mine),
+            P1Body::JsonEvent => verify_json(&read.body, &mine),
+            // Refused appends leave nothing.
+            P1Body::JsonInvalid => verify_json(&read.body, &vec![0; mine.len()]),
+        };
+        checked.map_err(|e| e.context(format!("stream {name}")))?;
     }
     let server_cpu_us = cpu_per_append_us(cpu_before, cpu_after, run.acked.iter().sum());
     Ok(Throughput { rate: run.rate(), server_cpu_us })

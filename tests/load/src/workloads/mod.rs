@@ -28,6 +28,12 @@ pub struct Params {
     pub p3_settle: Duration,
     /// P4: streams created.
     pub p4_streams: usize,
+    /// P1: what each append carries (bytes, or a JSON event for the
+    /// inline-processor benchmarks).
+    pub p1_body: P1Body,
+    /// P1: put before every stream name (e.g. `orders/`, so a processor
+    /// bound to `orders/*` sees P1's streams).
+    pub p1_stream_prefix: String,
     /// Unique prefix for stream names, so runs never collide.
     pub tag: String,
 }
@@ -42,7 +48,44 @@ impl Default for Params {
             p3_iterations: 1_000,
             p3_settle: Duration::from_millis(2),
             p4_streams: 10_000,
+            p1_body: P1Body::Binary,
+            p1_stream_prefix: String::new(),
             tag: unique_tag(),
+        }
+    }
+}
+
+/// What P1's appends carry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum P1Body {
+    /// 100 B records on an `application/octet-stream` stream (the default,
+    /// and what every other report measured).
+    Binary,
+    /// One 100 B JSON event `{"type":"order.placed","payload":{"id",
+    /// "qty":1,...}}` per append on an `application/json` stream: what a
+    /// JSON-schema gate bound to the stream accepts.
+    JsonEvent,
+    /// The same event with `"qty":0` (same length): what a schema asking
+    /// for `qty >= 1` refuses. Every append must be answered 400 and the
+    /// streams must stay empty.
+    JsonInvalid,
+}
+
+impl P1Body {
+    pub fn parse(s: &str) -> Result<Self, String> {
+        match s {
+            "binary" => Ok(Self::Binary),
+            "json-event" => Ok(Self::JsonEvent),
+            "json-invalid" => Ok(Self::JsonInvalid),
+            other => Err(format!("unknown P1 body {other:?} (binary, json-event, json-invalid)")),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Binary => "binary",
+            Self::JsonEvent => "json-event",
+            Self::JsonInvalid => "json-invalid",
         }
     }
 }
