@@ -100,9 +100,11 @@ pub fn verify_json(body: &[u8], acked: &[u64]) -> Result<()> {
         let page = page.map_err(|e| anyhow::anyhow!("the stream's body is not JSON arrays: {e}"))?;
         for (i, event) in page.iter().enumerate() {
             let id = event.pointer("/payload/id").and_then(|v| v.as_str());
-            let (Some(id), Some(EVENT_TYPE), Some(1)) =
-                (id, event.get("type").and_then(|v| v.as_str()), event.pointer("/payload/qty").and_then(|v| v.as_u64()))
-            else {
+            let (Some(id), Some(EVENT_TYPE), Some(1)) = (
+                id,
+                event.get("type").and_then(|v| v.as_str()),
+                event.pointer("/payload/qty").and_then(|v| v.as_u64()),
+            ) else {
                 bail!("event {i} of a page is not one P1 wrote: {event}");
             };
             let Some((w, seq)) = parse(&record_with_header(id)) else {
