@@ -66,7 +66,7 @@ pub struct RetentionRunner {
 
 impl RetentionRunner {
     pub fn new(service: StreamService, mut policies: Vec<RetentionPolicy>) -> Self {
-        policies.sort_by(|a, b| b.prefix.len().cmp(&a.prefix.len()));
+        policies.sort_by_key(|p| std::cmp::Reverse(p.prefix.len()));
         Self { service, policies, samples: HashMap::new() }
     }
 
