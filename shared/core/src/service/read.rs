@@ -87,7 +87,10 @@ impl StreamService {
         };
         Box::pin(self.touch(&stream, &meta)).await;
         let at_now = req.offset == Some(ReadOffset::Now);
-        let (start, earliest) = Box::pin(self.start_position(&meta, req.offset)).await?;
+        // Not boxed: its future is small (the lineage walk is boxed inside
+        // `earliest`, and only reads below a fork's base take it), and a box
+        // would cost every read an allocation.
+        let (start, earliest) = self.start_position(&meta, req.offset).await?;
         let with_earliest = |mut out: ReadOutcome| {
             out.earliest = out.earliest.max(earliest);
             out
