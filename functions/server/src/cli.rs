@@ -97,6 +97,15 @@ pub struct ServeArgs {
     /// The processors configuration's TOML itself, instead of a file (what the Lambda functions take too).
     #[arg(long, env = "DS_PROCESSORS_TOML")]
     pub processors_toml: Option<String>,
+    /// A retention policy, repeatable: `prefix=logs/,max-age=168h,max-bytes=1GiB` (at least one of
+    /// max-age and max-bytes; `prefix=` for every stream). The history of matching streams before
+    /// it is dropped; reads of it answer 410 with Stream-Earliest-Offset. In DS_RETENTION,
+    /// policies are separated by `;`. The longest matching prefix governs a stream.
+    #[arg(long = "retention", env = "DS_RETENTION", value_delimiter = ';', value_parser = crate::retention::parse_policy)]
+    pub retention: Vec<ds_core::RetentionPolicy>,
+    /// How often the retention policies are applied.
+    #[arg(long, env = "DS_RETENTION_INTERVAL", default_value = "60s", value_parser = ds_config::parse_duration)]
+    pub retention_interval: Duration,
     /// Log format.
     #[arg(long, env = "DS_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,

@@ -8,6 +8,7 @@ mod client_read;
 mod client_write;
 mod processors;
 mod processors_cmd;
+mod retention;
 mod security;
 mod stores;
 mod subscriptions;
@@ -55,6 +56,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let tls = args.security.tls()?.map(|(cert, key)| tls::server_config(&cert, &key)).transpose()?;
     let cors = args.security.cors(access.auth.is_some())?;
     let processors = processors::load(args.processors.as_deref(), args.processors_toml.as_deref())?;
+    retention::check(&args.retention)?;
     access.prefetch().await;
     let (mut substrate, expiry_due) = stores::open(&args).await?;
     let tap = ds_subscriptions::tap_hub(&mut substrate);
@@ -87,6 +89,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     if let Err(e) = service.ensure_registry().await {
         tracing::warn!(error = %e, "could not create the __registry__ stream yet");
     }
+    retention::start(&service, args.retention.clone(), args.retention_interval);
     let subscriptions = subscriptions::start(&args, &service, &tap).await?;
     if let Some(p) = &processors {
         p.start(&service).await?;

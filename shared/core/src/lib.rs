@@ -7,7 +7,8 @@
 //! - [`substrate`]: the six traits a platform implements, with the consistency
 //!   contract in their docs; [`StoreError`], what they report.
 //! - [`service`]: the protocol use-cases (create/fork, append/close, read,
-//!   HEAD, delete, expiry) written once over the traits.
+//!   HEAD, delete, expiry, trim) written once over the traits.
+//! - [`retention`]: retention policies and the runner a host applies them with.
 //! - `contract` (feature `test-util`): the substrate contract-test suite.
 
 #[cfg(feature = "test-util")]
@@ -18,6 +19,7 @@ pub mod inline;
 pub mod model;
 mod pending;
 pub mod read_cache;
+pub mod retention;
 pub mod service;
 pub mod substrate;
 
@@ -26,5 +28,6 @@ pub use error::{ErrorSource, StoreError};
 pub use inline::{InlineGate, InlineMessage, InlineProcessor, InlineReduction, InlineRefusal, RefoldLimits};
 pub use model::*;
 pub use pending::{Chain, PendingCommit, TrySubmit};
+pub use retention::{RetentionPass, RetentionPolicy, RetentionRunner};
 pub use service::*;
 pub use substrate::*;

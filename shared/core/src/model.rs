@@ -73,6 +73,15 @@ pub struct StreamMeta {
     /// Deleted by its owner while forks still reference it: `410 Gone` to
     /// clients, still readable by forks.
     pub soft_deleted: bool,
+    /// The earliest retained position of the stream's own bytes: reads
+    /// before it answer `410 Gone` (retention, `StreamService::trim`).
+    /// `0`: everything is retained. Never decreases, never passes `tail`,
+    /// always an append (JSON: message) boundary. A fork's starts at 0; what
+    /// it may read of its source is bounded by the source's own (see
+    /// `StreamService::earliest`). Records written before it existed decode
+    /// as 0.
+    #[serde(default)]
+    pub retained_from: u64,
 }
 
 #[cfg(test)]
@@ -95,6 +104,7 @@ impl StreamMeta {
             fork: None,
             ref_count: 0,
             soft_deleted: false,
+            retained_from: 0,
         }
     }
 }

@@ -229,6 +229,17 @@ pub trait StreamStore: Send + Sync + 'static {
         false
     }
 
+    /// Free the storage of `(stream, incarnation)`'s chunks that end at or
+    /// before `below`, the stream's `retained_from` as a committed trim left
+    /// it (`StreamService::trim`). Only whole chunks go: one that straddles
+    /// `below` stays, and reads slice it. Idempotent, and allowed to be late
+    /// or lost (a crash before it ran): the core never reads below
+    /// `retained_from`, and calls this again on the next trim. The default
+    /// keeps everything (a store whose reclaim is not written yet).
+    async fn reclaim(&self, _stream: &StreamHandle, _incarnation: &str, _below: u64) -> Result<(), StoreError> {
+        Ok(())
+    }
+
     /// Record an access for the sliding TTL: set the meta's `touched_at_ms` to
     /// at least `at_ms` if the stored incarnation still matches. No version
     /// bump, no precondition. Implementations may coalesce (e.g. at most about

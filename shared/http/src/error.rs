@@ -76,6 +76,12 @@ impl From<ServiceError> for ApiError {
             ServiceError::Invalid(_) | ServiceError::BadRequest(_) => Self::bad_request(msg),
             ServiceError::NotFound | ServiceError::Expired(_) => Self::new(StatusCode::NOT_FOUND, "NOT_FOUND", msg),
             ServiceError::Gone => Self::new(StatusCode::GONE, "GONE", msg),
+            ServiceError::NotRetained { earliest } => {
+                let mut err = Self::new(StatusCode::GONE, "OFFSET_NOT_RETAINED", msg)
+                    .header(h::STREAM_EARLIEST_OFFSET, Offset(earliest));
+                err.details.push(("earliest_offset", Offset(earliest).to_string().into()));
+                err
+            }
             ServiceError::Conflict(_) => Self::new(StatusCode::CONFLICT, "CONFLICT", msg),
             ServiceError::StreamClosed { tail } => Self::new(StatusCode::CONFLICT, "STREAM_CLOSED", msg)
                 .header(h::STREAM_CLOSED, "true")

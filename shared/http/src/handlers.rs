@@ -153,11 +153,21 @@ async fn post(app: AppState, path: String, req: Request) -> ApiResult {
     Ok(append(&app, path.into(), hd, body).await?.into_response())
 }
 
+/// `Stream-Earliest-Offset`, once retention dropped some of the stream's
+/// history (absent before: an untrimmed stream's answers are unchanged).
+fn set_earliest(headers: &mut HeaderMap, earliest: u64) {
+    if earliest > 0 {
+        headers.insert(name::STREAM_EARLIEST_OFFSET, offset_value(earliest));
+    }
+}
+
 async fn head(app: AppState, path: String) -> ApiResult {
     let meta = app.service.head(&path).await?;
+    let earliest = app.service.earliest(&meta).await?;
     let mut resp = StatusCode::OK.into_response();
     let headers = resp.headers_mut();
     stream_headers(headers, &meta);
+    set_earliest(headers, earliest);
     if let Some(ttl) = meta.ttl_secs {
         set(headers, h::STREAM_TTL, ttl);
     }
@@ -205,6 +215,7 @@ fn render_read(out: &ReadOutcome, cursor: Option<String>, inm: Option<&str>) -> 
         set_text(headers, header::CONTENT_TYPE, &out.meta.content_type);
     }
     set_offset(headers, out.next);
+    set_earliest(headers, out.earliest);
     if out.up_to_date {
         headers.insert(name::STREAM_UP_TO_DATE, TRUE);
     }
@@ -236,6 +247,7 @@ async fn sse(app: AppState, read: ReadRequest, client_cursor: Option<String>, sl
     set(headers, "content-type", "text/event-stream");
     set(headers, "cache-control", "no-cache");
     set(headers, "x-accel-buffering", "no");
+    set_earliest(headers, meta.retained_from);
     if DataEncoding::for_content_type(&meta.content_type) == DataEncoding::Base64 {
         set(headers, h::STREAM_SSE_DATA_ENCODING, "base64");
     }

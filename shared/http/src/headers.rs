@@ -18,6 +18,9 @@ pub const STREAM_FORKED_FROM: &str = "stream-forked-from";
 pub const STREAM_FORK_OFFSET: &str = "stream-fork-offset";
 pub const STREAM_FORK_SUB_OFFSET: &str = "stream-fork-sub-offset";
 pub const STREAM_SSE_DATA_ENCODING: &str = "stream-sse-data-encoding";
+/// The earliest offset still retained, once retention dropped a stream's
+/// history (on HEAD, successful reads and the 410 of a read before it).
+pub const STREAM_EARLIEST_OFFSET: &str = "stream-earliest-offset";
 pub const PRODUCER_ID: &str = "producer-id";
 pub const PRODUCER_EPOCH: &str = "producer-epoch";
 pub const PRODUCER_SEQ: &str = "producer-seq";
@@ -28,7 +31,7 @@ pub const PROCESSOR_CURSOR_REVISION: &str = "processor-cursor-revision";
 
 /// Response headers browsers may read (CORS `Access-Control-Expose-Headers`).
 pub const EXPOSED: &str = "stream-next-offset, stream-up-to-date, stream-closed, stream-cursor, stream-ttl, \
-stream-expires-at, stream-sse-data-encoding, producer-epoch, producer-seq, producer-expected-seq, \
+stream-expires-at, stream-sse-data-encoding, stream-earliest-offset, producer-epoch, producer-seq, producer-expected-seq, \
 producer-received-seq, processor-cursor-revision, etag, location, content-type";
 
 /// The hot names as [`HeaderName`]s, built at compile time: a `&str` name is
@@ -40,6 +43,7 @@ pub mod name {
     pub const STREAM_UP_TO_DATE: HeaderName = HeaderName::from_static(super::STREAM_UP_TO_DATE);
     pub const STREAM_CLOSED: HeaderName = HeaderName::from_static(super::STREAM_CLOSED);
     pub const STREAM_CURSOR: HeaderName = HeaderName::from_static(super::STREAM_CURSOR);
+    pub const STREAM_EARLIEST_OFFSET: HeaderName = HeaderName::from_static(super::STREAM_EARLIEST_OFFSET);
     pub const STREAM_SEQ: HeaderName = HeaderName::from_static(super::STREAM_SEQ);
     pub const PRODUCER_ID: HeaderName = HeaderName::from_static(super::PRODUCER_ID);
     pub const PRODUCER_EPOCH: HeaderName = HeaderName::from_static(super::PRODUCER_EPOCH);

@@ -235,3 +235,50 @@ async fn append_acks_list_the_exposed_headers_only_for_browsers() {
     assert!(read.header(EXPOSE).unwrap().contains("stream-next-offset"));
     assert_eq!(read.body, b"xy");
 }
+
+/// Retention on the wire: `Stream-Earliest-Offset` appears on HEAD and reads
+/// only once a trim dropped history; a read before it is `410` with the
+/// header and a JSON reason; `offset=-1` starts at it; a fork below it is
+/// `410` too. Before any trim, nothing about retention shows.
+#[tokio::test]
+async fn reads_before_a_trim_answer_410_with_the_earliest_offset() {
+    let app = default_app();
+    let json = ("content-type", "application/json");
+    assert_eq!(call(&app, "PUT", "/v1/stream/r", &[json], b"").await.status, StatusCode::CREATED);
+    let mut ends = Vec::new();
+    for i in 0..4 {
+        let resp = call(&app, "POST", "/v1/stream/r", &[json], format!("{{\"i\":{i}}}").as_bytes()).await;
+        ends.push(resp.header("stream-next-offset").unwrap().to_owned());
+    }
+    let head = call(&app, "HEAD", "/v1/stream/r", &[], b"").await;
+    assert_eq!(head.header("stream-earliest-offset"), None, "no trim, no header");
+    let read = call(&app, "GET", "/v1/stream/r?offset=-1", &[], b"").await;
+    assert_eq!(read.header("stream-earliest-offset"), None);
+
+    let boundary = ds_protocol::Offset::parse(&ends[1]).unwrap().position();
+    app.service.trim("r", boundary).await.unwrap();
+    let earliest = ends[1].as_str();
+    let head = call(&app, "HEAD", "/v1/stream/r", &[], b"").await;
+    assert_eq!(head.header("stream-earliest-offset"), Some(earliest));
+    let gone = call(&app, "GET", &format!("/v1/stream/r?offset={}", ends[0]), &[], b"").await;
+    assert_eq!(gone.status, StatusCode::GONE);
+    assert_eq!(gone.header("stream-earliest-offset"), Some(earliest));
+    let body: serde_json::Value = serde_json::from_slice(&gone.body).unwrap();
+    assert_eq!(body["error"]["code"], "OFFSET_NOT_RETAINED");
+    assert_eq!(body["error"]["earliest_offset"], earliest);
+    assert!(body["error"]["message"].as_str().unwrap().contains("retention"), "{body}");
+
+    let from_start = call(&app, "GET", "/v1/stream/r?offset=-1", &[], b"").await;
+    assert_eq!(from_start.status, StatusCode::OK);
+    assert_eq!(from_start.header("stream-earliest-offset"), Some(earliest));
+    assert_eq!(from_start.body, br#"[{"i":2},{"i":3}]"#);
+    let long_poll = call(&app, "GET", &format!("/v1/stream/r?offset={}&live=long-poll", ends[0]), &[], b"").await;
+    assert_eq!(long_poll.status, StatusCode::GONE, "long-poll before the earliest offset");
+    let sse = call(&app, "GET", &format!("/v1/stream/r?offset={}&live=sse", ends[0]), &[], b"").await;
+    assert_eq!(sse.status, StatusCode::GONE, "SSE before the earliest offset");
+
+    let fork = [("stream-forked-from", "r"), ("stream-fork-offset", ends[0].as_str())];
+    let refused = call(&app, "PUT", "/v1/stream/f", &fork, b"").await;
+    assert_eq!(refused.status, StatusCode::GONE, "a fork below the earliest offset");
+    assert_eq!(refused.header("stream-earliest-offset"), Some(earliest));
+}

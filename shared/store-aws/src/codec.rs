@@ -149,6 +149,9 @@ pub fn meta_to_item(meta: &StreamMeta, commit_id: &str) -> Item {
     }
     item.insert(m::REF_COUNT.into(), n(meta.ref_count));
     item.insert(m::SOFT_DELETED.into(), AttributeValue::Bool(meta.soft_deleted));
+    if meta.retained_from > 0 {
+        item.insert(m::RETAINED_FROM.into(), n(meta.retained_from));
+    }
     item.insert(m::COMMIT_ID.into(), s(commit_id));
     if let Some(ttl) = ttl_backstop_secs(meta) {
         item.insert(TTL_ATTR.into(), n(ttl));
@@ -191,6 +194,7 @@ pub fn meta_from_item(item: &Item) -> Result<StreamMeta, CodecError> {
         fork,
         ref_count: get_u64(item, m::REF_COUNT)?,
         soft_deleted: get_bool(item, m::SOFT_DELETED)?,
+        retained_from: opt_u64(item, m::RETAINED_FROM)?.unwrap_or(0),
     })
 }
 
@@ -332,6 +336,7 @@ mod tests {
             fork: Some(ForkOrigin { source: "src".into(), source_incarnation: "i0".into(), base: 10 }),
             ref_count: 0,
             soft_deleted: false,
+            retained_from: 0,
         }
     }
 
@@ -346,6 +351,18 @@ mod tests {
         let mut forked = meta;
         forked.ref_count = 1;
         assert!(!meta_to_item(&forked, "c2").contains_key(TTL_ATTR), "a stream with forks must not be TTL-deleted");
+    }
+
+    #[test]
+    fn retained_from_round_trips_and_is_absent_until_a_trim() {
+        let meta = sample();
+        let item = meta_to_item(&meta, "c1");
+        assert!(!item.contains_key(m::RETAINED_FROM), "an untrimmed stream's item is the one it always was");
+        let mut trimmed = meta;
+        trimmed.retained_from = 17;
+        let item = meta_to_item(&trimmed, "c2");
+        assert_eq!(item.get(m::RETAINED_FROM), Some(&n(17u64)));
+        assert_eq!(meta_from_item(&item).ok(), Some(trimmed));
     }
 
     #[test]

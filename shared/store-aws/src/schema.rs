@@ -237,6 +237,9 @@ pub mod meta_attr {
     pub const FORK_BASE: &str = "f_base";
     pub const REF_COUNT: &str = "refs";
     pub const SOFT_DELETED: &str = "sdel";
+    /// `StreamMeta::retained_from`, written only when above 0 (so a stream
+    /// never trimmed keeps the item it had; an item without it reads as 0).
+    pub const RETAINED_FROM: &str = "ret";
     pub const COMMIT_ID: &str = "cid";
 }
 

@@ -46,6 +46,10 @@
 //! - A full disk answers `StoreError::Unavailable` with the reason; after a
 //!   failed checkpoint the file is reopened and the log replayed, so writes
 //!   resume once space returns.
+//! - A trim's reclaim (module `reclaim`) deletes the chunk rows below the
+//!   stream's `retained_from` in the next checkpoint's transaction: redb
+//!   reuses the freed pages, so the file stops growing under a steady
+//!   append-and-trim load (`examples/retention_plateau.rs`).
 //! - Expiry alarms are not persisted: the host re-arms them from a
 //!   `list_streams` sweep at start-up (the core enforces expiry lazily anyway).
 //!
@@ -78,6 +82,7 @@ mod handle;
 mod meta_cache;
 mod meta_codec;
 mod overlay;
+mod reclaim;
 mod redo;
 mod store;
 mod tables;

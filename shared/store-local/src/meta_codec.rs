@@ -11,8 +11,13 @@
 //! (u8), `touched_at_ms` (i64), `ref_count` (u64), then only the optional
 //! fields the flags announce, in this order: `closed_by` (string, u64,
 //! u64), `ttl_secs` (u64), `expires_at_ms` (i64), `last_stream_seq`
-//! (string), `fork` (string, string, u64). A string is a u32 byte length
-//! and UTF-8 bytes.
+//! (string), `fork` (string, string, u64), `retained_from` (u64). A string
+//! is a u32 byte length and UTF-8 bytes.
+//!
+//! `retained_from` came later: it has the flag byte's last bit and is
+//! written only when above 0, so every body written before it still decodes
+//! (as 0) and a stream never trimmed is stored exactly as before. The flag
+//! byte is now full: the next field does mean a format 4.
 
 use ds_core::{ForkOrigin, ProducerTriple, StreamMeta};
 
@@ -23,12 +28,13 @@ const TTL: u8 = 1 << 3;
 const EXPIRES: u8 = 1 << 4;
 const STREAM_SEQ: u8 = 1 << 5;
 const FORK: u8 = 1 << 6;
-const KNOWN: u8 = (1 << 7) - 1;
+const RETAINED: u8 = 1 << 7;
 
 pub(crate) fn encode(m: &StreamMeta, out: &mut Vec<u8>) {
     let optional = m.closed_by.as_ref().map_or(0, |c| c.id.len() + 20)
         + m.last_stream_seq.as_ref().map_or(0, |s| s.len() + 4)
-        + m.fork.as_ref().map_or(0, |f| f.source.len() + f.source_incarnation.len() + 16);
+        + m.fork.as_ref().map_or(0, |f| f.source.len() + f.source_incarnation.len() + 16)
+        + if m.retained_from > 0 { 8 } else { 0 };
     out.reserve(m.path.len() + m.incarnation.len() + m.content_type.len() + 69 + optional);
     put_str(out, &m.path);
     put_str(out, &m.incarnation);
@@ -44,7 +50,8 @@ pub(crate) fn encode(m: &StreamMeta, out: &mut Vec<u8>) {
             | flag(m.ttl_secs.is_some(), TTL)
             | flag(m.expires_at_ms.is_some(), EXPIRES)
             | flag(m.last_stream_seq.is_some(), STREAM_SEQ)
-            | flag(m.fork.is_some(), FORK),
+            | flag(m.fork.is_some(), FORK)
+            | flag(m.retained_from > 0, RETAINED),
     );
     out.extend_from_slice(&m.touched_at_ms.to_le_bytes());
     out.extend_from_slice(&m.ref_count.to_le_bytes());
@@ -67,6 +74,9 @@ pub(crate) fn encode(m: &StreamMeta, out: &mut Vec<u8>) {
         put_str(out, &f.source_incarnation);
         out.extend_from_slice(&f.base.to_le_bytes());
     }
+    if m.retained_from > 0 {
+        out.extend_from_slice(&m.retained_from.to_le_bytes());
+    }
 }
 
 fn put_str(out: &mut Vec<u8>, s: &str) {
@@ -76,8 +86,8 @@ fn put_str(out: &mut Vec<u8>, s: &str) {
     out.extend_from_slice(s.as_bytes());
 }
 
-/// `None`: not a well-formed format 3 body (truncated, trailing bytes,
-/// unknown flags, a string that is not UTF-8).
+/// `None`: not a well-formed format 3 body (truncated, trailing bytes, a
+/// string that is not UTF-8).
 pub(crate) fn decode(body: &[u8]) -> Option<StreamMeta> {
     let mut r = Reader(body);
     let path = r.str()?;
@@ -87,9 +97,6 @@ pub(crate) fn decode(body: &[u8]) -> Option<StreamMeta> {
     let created_at_ms = r.i64()?;
     let tail = r.u64()?;
     let flags = r.u8()?;
-    if flags & !KNOWN != 0 {
-        return None;
-    }
     let touched_at_ms = r.i64()?;
     let ref_count = r.u64()?;
     let has = |bit: u8| flags & bit != 0;
@@ -106,6 +113,7 @@ pub(crate) fn decode(body: &[u8]) -> Option<StreamMeta> {
     } else {
         None
     };
+    let retained_from = if has(RETAINED) { r.u64()? } else { 0 };
     if !r.0.is_empty() {
         return None;
     }
@@ -125,6 +133,7 @@ pub(crate) fn decode(body: &[u8]) -> Option<StreamMeta> {
         fork,
         ref_count,
         soft_deleted: has(SOFT_DELETED),
+        retained_from,
     })
 }
 
@@ -177,12 +186,22 @@ mod tests {
                 proptest::option::of(text),
                 proptest::option::of((text, text, any::<u64>())),
                 any::<u64>(),
+                any::<u64>(),
             ),
         )
             .prop_map(
                 |(
                     (path, incarnation, version, content_type, created_at_ms, tail, closed, soft_deleted),
-                    (closed_by, ttl_secs, expires_at_ms, touched_at_ms, last_stream_seq, fork, ref_count),
+                    (
+                        closed_by,
+                        ttl_secs,
+                        expires_at_ms,
+                        touched_at_ms,
+                        last_stream_seq,
+                        fork,
+                        ref_count,
+                        retained_from,
+                    ),
                 )| {
                     let mut m = new_meta(&path);
                     m.incarnation = incarnation.into();
@@ -200,6 +219,7 @@ mod tests {
                         fork.map(|(s, i, base)| ForkOrigin { source: s.into(), source_incarnation: i.into(), base });
                     m.ref_count = ref_count;
                     m.soft_deleted = soft_deleted;
+                    m.retained_from = retained_from;
                     m
                 },
             )
@@ -224,17 +244,33 @@ mod tests {
     }
 
     #[test]
-    fn unknown_flags_and_bad_utf8_are_rejected() {
+    fn a_flag_without_its_field_and_bad_utf8_are_rejected() {
         let m = new_meta("a");
         let mut body = Vec::new();
         encode(&m, &mut body);
         let flags_at = 4 + m.path.len() + 4 + m.incarnation.len() + 8 + 4 + m.content_type.len() + 8 + 8;
         let mut bad = body.clone();
-        bad[flags_at] = 1 << 7;
-        assert_eq!(decode(&bad), None, "unknown flag");
+        bad[flags_at] = RETAINED;
+        assert_eq!(decode(&bad), None, "a flag whose field is missing");
         let mut bad = body.clone();
         bad[4] = 0xff;
         assert_eq!(decode(&bad), None, "path not UTF-8");
         assert_eq!(decode(&body).map(|d| d.path), Some("a".into()));
+    }
+
+    #[test]
+    fn an_untrimmed_meta_is_stored_as_before_retention_existed() {
+        let m = new_meta("a");
+        let mut body = Vec::new();
+        encode(&m, &mut body);
+        let flags_at = 4 + m.path.len() + 4 + m.incarnation.len() + 8 + 4 + m.content_type.len() + 8 + 8;
+        assert_eq!(body[flags_at] & RETAINED, 0);
+        assert_eq!(body.len(), flags_at + 1 + 16, "no bytes for a retained_from of 0");
+        let mut trimmed = m.clone();
+        trimmed.retained_from = 4096;
+        let mut longer = Vec::new();
+        encode(&trimmed, &mut longer);
+        assert_eq!(longer.len(), body.len() + 8);
+        assert_eq!(decode(&longer), Some(trimmed));
     }
 }

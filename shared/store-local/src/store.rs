@@ -49,6 +49,8 @@ pub struct LocalStore {
     overlay: Arc<RwLock<Overlay>>,
     /// Recent catch-up reads' bytes (see `ds_core::read_cache`).
     cache: Arc<ReadCache>,
+    /// Trims' reclaims for the writer's next checkpoint.
+    reclaims: Arc<crate::reclaim::Reclaims>,
     jobs: Option<Sender<Job>>,
     writer: Option<JoinHandle<()>>,
 }
@@ -88,6 +90,7 @@ impl LocalStore {
         let counters = Arc::new(Counters::default());
         let overlay = Arc::new(RwLock::new(Overlay::default()));
         let cache = Arc::new(ReadCache::default());
+        let reclaims = Arc::new(crate::reclaim::Reclaims::default());
         counters.replayed.store(recovered.replayed, std::sync::atomic::Ordering::Relaxed);
         let (tx, rx) = channel();
         let writer = {
@@ -97,6 +100,7 @@ impl LocalStore {
                 counters: Arc::clone(&counters),
                 overlay: Arc::clone(&overlay),
                 cache: Arc::clone(&cache),
+                reclaims: Arc::clone(&reclaims),
             };
             let db = Arc::clone(&db);
             std::thread::Builder::new()
@@ -104,7 +108,7 @@ impl LocalStore {
                 .spawn(move || writer::run(db, wal, next_lsn, rx, state))
                 .map_err(OpenError::Writer)?
         };
-        Ok(Self { db, touches, metas, counters, overlay, cache, jobs: Some(tx), writer: Some(writer) })
+        Ok(Self { db, touches, metas, counters, overlay, cache, reclaims, jobs: Some(tx), writer: Some(writer) })
     }
 
     /// What the writer has done so far (commits answered, log syncs made,
@@ -366,6 +370,15 @@ impl StreamStore for LocalStore {
 
     fn try_submit_chained(&self, commit: Commit, chain: Chain) -> TrySubmit {
         TrySubmit::Submitted(self.enqueue(commit, Some(chain)))
+    }
+
+    /// Queued for the writer's next checkpoint (module `reclaim`): at most
+    /// about a second away under load, and at once when idle.
+    async fn reclaim(&self, stream: &StreamHandle, incarnation: &str, below: u64) -> Result<(), StoreError> {
+        if below > 0 {
+            self.reclaims.ask(stream.path(), incarnation, below);
+        }
+        Ok(())
     }
 
     async fn touch(&self, stream: &StreamHandle, incarnation: &str, at_ms: i64) -> Result<(), StoreError> {

@@ -397,6 +397,16 @@ impl<'txn> WriteTables<'txn> {
         Ok(Some((row_start, sum.finalize(), joined)))
     }
 
+    /// Remove the chunk rows of `(path, incarnation)` that end at or before
+    /// `below` (a trim's reclaim); a row straddling it stays whole.
+    pub(crate) fn drop_chunks_below(&mut self, path: &str, incarnation: &str, below: u64) -> Result<(), StoreError> {
+        self.chunks
+            .retain_in((path, incarnation, 0)..(path, incarnation, below), |key, (_, data)| {
+                key.2 + data.len() as u64 > below
+            })
+            .map_err(storage)
+    }
+
     /// Remove every chunk and producer state of `(path, incarnation)`.
     pub(crate) fn wipe(&mut self, path: &str, incarnation: &str) -> Result<(), StoreError> {
         self.chunks.retain_in((path, incarnation, 0)..=(path, incarnation, u64::MAX), |_, _| false).map_err(storage)?;

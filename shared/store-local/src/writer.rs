@@ -130,6 +130,8 @@ pub(crate) struct Shared {
     pub overlay: Arc<RwLock<Overlay>>,
     /// Told of every wipe, under the overlay lock that publishes it.
     pub cache: Arc<ReadCache>,
+    /// Trims' reclaims, applied at the next checkpoint.
+    pub reclaims: Arc<crate::reclaim::Reclaims>,
 }
 
 /// The writer thread body: runs until every sender is gone, then flushes the
@@ -415,10 +417,22 @@ impl Writer {
     fn try_checkpoint(&mut self) -> Result<(), Failed> {
         // A pending recovery replays the log into the tables and empties it.
         self.ready()?;
-        if self.wal.len() == 0 {
+        if self.wal.len() == 0 && self.shared.reclaims.is_empty() {
             self.last_checkpoint = Instant::now();
             return Ok(());
         }
+        let reclaims = self.shared.reclaims.take();
+        let result = self.write_checkpoint(&reclaims);
+        if result.is_err() {
+            self.shared.reclaims.restore(reclaims);
+        } else {
+            // The cache's copies would keep the freed bytes alive.
+            reclaims.iter().for_each(|r| self.shared.cache.forget(&r.path));
+        }
+        result
+    }
+
+    fn write_checkpoint(&mut self, reclaims: &[crate::reclaim::Reclaim]) -> Result<(), Failed> {
         let started = Instant::now();
         let db = self.db.get()?;
         let mut txn = db.begin_write().map_err(storage)?;
@@ -429,6 +443,10 @@ impl Writer {
         {
             let mut tables = WriteTables::open(&txn)?;
             self.shared.overlay.read().unwrap_or_else(PoisonError::into_inner).write_to(&mut tables)?;
+            // After the overlay: its chunks below a boundary go too.
+            for r in reclaims {
+                tables.drop_chunks_below(&r.path, &r.incarnation, r.below)?;
+            }
             tables.set_applied_lsn(self.next_lsn - 1)?;
         }
         txn.commit().map_err(commit_failure)?;

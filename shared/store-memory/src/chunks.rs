@@ -72,6 +72,14 @@ impl Chunks {
         self.covering(start, end).next().is_some()
     }
 
+    /// Drop the chunks that end at or before `below` (a trim's reclaim);
+    /// one straddling it stays whole. Returns how many were dropped.
+    pub(crate) fn drop_below(&mut self, below: u64) -> usize {
+        let gone = self.0.partition_point(|(start, row)| start + row.len() as u64 <= below);
+        self.0.drain(..gone);
+        gone
+    }
+
     /// Store the bytes appended at `start`, joined onto the chunk ending there
     /// while that stays within [`JOINED_CHUNK_TARGET`]: a catch-up read of
     /// small appends then walks one entry per few KiB instead of one per
@@ -170,6 +178,22 @@ mod tests {
         let mut expected = vec![1; 100];
         expected.extend(std::iter::repeat_n(2, 4500));
         assert_eq!(read, expected);
+    }
+
+    #[test]
+    fn drop_below_frees_whole_chunks_only() {
+        let mut chunks = Chunks::default();
+        chunks.put(0, &[1; JOINED_CHUNK_TARGET]);
+        chunks.put(JOINED_CHUNK_TARGET as u64, &[2; JOINED_CHUNK_TARGET]);
+        chunks.put(2 * JOINED_CHUNK_TARGET as u64, b"tail");
+        let second = JOINED_CHUNK_TARGET as u64;
+        assert_eq!(chunks.drop_below(second + 1), 1, "the chunk straddling the boundary stays");
+        assert_eq!(layout(&chunks)[0], (second, JOINED_CHUNK_TARGET));
+        assert_eq!(chunks.drop_below(second + 1), 0, "idempotent");
+        assert_eq!(chunks.drop_below(u64::MAX), 2);
+        assert!(layout(&chunks).is_empty());
+        chunks.put(2 * second + 4, b"more");
+        assert_eq!(layout(&chunks), vec![(2 * second + 4, 4)], "appends go on after a full reclaim");
     }
 
     #[test]

@@ -270,6 +270,19 @@ impl StreamStore for MemoryStore {
         TrySubmit::Submitted(self.apply(commit).map(|()| PendingCommit::done(Ok(()))))
     }
 
+    /// The chunks go at once, and the read cache's copies of the stream
+    /// with them (they would keep the freed bytes alive).
+    async fn reclaim(&self, stream: &StreamHandle, incarnation: &str, below: u64) -> Result<(), StoreError> {
+        let mut state = self.write();
+        let Some(all) = state.data.get_mut(stream.path()) else { return Ok(()) };
+        if let Some((_, data)) = all.iter_mut().find(|(i, _)| **i == *incarnation) {
+            if data.chunks.drop_below(below) > 0 {
+                self.cache.forget(stream.path());
+            }
+        }
+        Ok(())
+    }
+
     async fn touch(&self, stream: &StreamHandle, incarnation: &str, at_ms: i64) -> Result<(), StoreError> {
         let mut state = self.write();
         if let Some(meta) = state.metas.get_mut(stream.path()) {

@@ -37,6 +37,7 @@ pub fn new_meta(path: &str) -> StreamMeta {
         fork: None,
         ref_count: 0,
         soft_deleted: false,
+        retained_from: 0,
     }
 }
 

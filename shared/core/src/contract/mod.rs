@@ -39,6 +39,7 @@ mod listing;
 mod pipeline;
 mod records;
 mod restart;
+mod retention;
 mod services;
 mod store;
 
@@ -64,6 +65,10 @@ pub use records::{
     touch_without_version_bump,
 };
 pub use restart::restart_keeps_committed;
+pub use retention::{
+    retention_forks_follow_their_lineage, retention_keeps_whole_appends, retention_live_readers_cross_trims,
+    retention_trim_and_reads, retention_trim_races_appends,
+};
 pub use services::{
     hub_deadline, hub_no_missed_wakeup, hub_wakes_after_commit, mutex_serializes, registry_bounded,
     scheduler_accepts_calls, scheduler_fires,
@@ -147,6 +152,11 @@ macro_rules! contract_suite {
             registry_bounded,
             registry_lists_lifecycle,
             registry_concurrent_services,
+            retention_trim_and_reads,
+            retention_keeps_whole_appends,
+            retention_live_readers_cross_trims,
+            retention_forks_follow_their_lineage,
+            retention_trim_races_appends,
             scheduler_accepts_calls,
         );
     };

@@ -15,6 +15,13 @@ use crate::{Chunk, Commit, Expect, ForkOrigin, Op, StreamHandle, StreamMeta};
 /// Content type of a stream created without one.
 pub const DEFAULT_CONTENT_TYPE: &str = "application/octet-stream";
 
+/// Whether a fork's offset must lie in its source's retained history.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Retained {
+    Required,
+    NotRequired,
+}
+
 #[derive(Debug, Clone)]
 pub struct ForkRequest {
     pub source: String,
@@ -81,7 +88,7 @@ impl StreamService {
         let (content_type, lifetime, fork) = match &req.fork {
             None => (req.content_type.as_deref().unwrap_or(DEFAULT_CONTENT_TYPE).into(), req.lifetime, None),
             Some(f) => {
-                let (source, base) = self.resolve_fork(req, f).await?;
+                let (source, base) = self.resolve_fork(req, f, Retained::Required).await?;
                 let mut bumped = source.clone();
                 bumped.ref_count += 1;
                 bumped.version += 1;
@@ -118,6 +125,7 @@ impl StreamService {
             fork,
             ref_count: 0,
             soft_deleted: false,
+            retained_from: 0,
         };
         commit.push(Op::PutMeta { meta: meta.clone(), expect: Expect::Absent });
         if !data.is_empty() {
@@ -149,8 +157,11 @@ impl StreamService {
                     return mismatch("fork source");
                 }
                 if f.offset.is_some() {
-                    let (_, base) = self.resolve_fork(req, f).await.or_else(|e| match e {
+                    let (_, base) = self.resolve_fork(req, f, Retained::NotRequired).await.or_else(|e| match e {
                         ServiceError::NotFound | ServiceError::Gone => Ok((existing.clone(), u64::MAX)),
+                        // The sub-offset's append was trimmed away since: the
+                        // offset cannot be resolved again, only its anchor.
+                        ServiceError::NotRetained { .. } => Ok((existing.clone(), origin.base)),
                         other => Err(other),
                     })?;
                     if base != origin.base {
@@ -184,7 +195,16 @@ impl StreamService {
 
     /// Validate a fork request against its source; returns the source's meta
     /// and the fork's base position (fork offset plus the resolved sub-offset).
-    async fn resolve_fork(&self, req: &CreateRequest, f: &ForkRequest) -> ServiceResult<(StreamMeta, u64)> {
+    /// A new fork must branch at or after the source's earliest retained
+    /// position (it would inherit bytes already dropped); the repeated PUT
+    /// of an existing fork is compared, not refused, when its source was
+    /// trimmed past its base since.
+    async fn resolve_fork(
+        &self,
+        req: &CreateRequest,
+        f: &ForkRequest,
+        retained: Retained,
+    ) -> ServiceResult<(StreamMeta, u64)> {
         let source = match self.sub.fork_peer.source_meta(&f.source).await? {
             None => return Err(ServiceError::NotFound),
             Some(m) if m.is_expired(self.clock.now_ms()) => return Err(ServiceError::NotFound),
@@ -201,6 +221,12 @@ impl StreamService {
         let anchor = f.offset.map_or(source.tail, Offset::position);
         if anchor > source.tail {
             return Err(ServiceError::BadRequest("Stream-Fork-Offset is beyond the source stream's tail".into()));
+        }
+        if retained == Retained::Required {
+            let earliest = self.earliest(&source).await?;
+            if anchor < earliest {
+                return Err(ServiceError::NotRetained { earliest });
+            }
         }
         if f.sub_offset == 0 {
             return Ok((source, anchor));

@@ -24,6 +24,12 @@ pub enum ServiceError {
     /// Soft-deleted stream (410).
     #[error("stream is deleted")]
     Gone,
+    /// 410: the position asked for (a read's offset, a fork's offset) lies
+    /// before the stream's earliest retained position: retention dropped
+    /// those bytes (`StreamService::trim`). `earliest` is where reading can
+    /// resume (`Stream-Earliest-Offset`).
+    #[error("the offset is before the earliest retained offset {}: retention dropped the stream's history before it", ds_protocol::Offset(*earliest))]
+    NotRetained { earliest: u64 },
     /// 409 with a reason (config mismatch, content-type mismatch, seq regression…).
     #[error("{0}")]
     Conflict(String),

@@ -12,6 +12,7 @@ mod inline;
 mod journal;
 mod read;
 mod registry;
+mod retention;
 mod speculation;
 mod sse;
 mod trace;
@@ -27,6 +28,7 @@ pub use inline::{InlineControl, InlineView};
 pub use journal::JournalPage;
 pub use read::{LiveMode, ReadOutcome, ReadRequest};
 pub use registry::REGISTRY_PATH;
+pub use retention::TrimOutcome;
 pub use sse::SseStream;
 pub use trace::{TRACE_RING_KEY, TRACE_RING_LEN};
 

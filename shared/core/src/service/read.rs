@@ -43,6 +43,12 @@ pub struct ReadOutcome {
     pub no_content: bool,
     /// The request used `offset=now` (no ETag, `no-store`).
     pub at_now: bool,
+    /// The stream's earliest retained position as this read knows it
+    /// (`Stream-Earliest-Offset` when above 0): its own `retained_from`,
+    /// and for a read of a fork that reached below the fork's base or
+    /// started at `-1`, the source lineage's too (see
+    /// [`StreamService::earliest`]).
+    pub earliest: u64,
 }
 
 /// Whether a read may cut a stored append to fit the byte budget.
@@ -81,29 +87,36 @@ impl StreamService {
         };
         Box::pin(self.touch(&stream, &meta)).await;
         let at_now = req.offset == Some(ReadOffset::Now);
-        let start = self.start_position(&meta, req.offset)?;
+        // Not boxed: its future is small (the lineage walk is boxed inside
+        // `earliest`, and only reads below a fork's base take it), and a box
+        // would cost every read an allocation.
+        let (start, earliest) = self.start_position(&meta, req.offset).await?;
+        let with_earliest = |mut out: ReadOutcome| {
+            out.earliest = out.earliest.max(earliest);
+            out
+        };
 
         if at_now && req.live == LiveMode::None {
-            return Ok(self.empty_outcome(meta, start, true));
+            return Ok(with_earliest(self.empty_outcome(meta, start, true)));
         }
         let Some(sub) = sub.as_mut() else {
-            return Box::pin(self.read_at(&stream, meta, start)).await;
+            return Box::pin(self.read_at(&stream, meta, start)).await.map(with_earliest);
         };
         let deadline = Instant::now() + self.cfg.long_poll_timeout;
         let mut meta = meta;
         loop {
             if start < meta.tail {
-                return Box::pin(self.read_at(&stream, meta, start)).await;
+                return Box::pin(self.read_at(&stream, meta, start)).await.map(with_earliest);
             }
             if meta.closed {
                 let mut out = self.empty_outcome(meta, start, at_now);
                 out.no_content = true;
-                return Ok(out);
+                return Ok(with_earliest(out));
             }
             if !self.wait_changed(sub, &TailSignal::of(&meta), deadline).await {
                 let mut out = self.empty_outcome(meta, start, at_now);
                 out.no_content = true;
-                return Ok(out);
+                return Ok(with_earliest(out));
             }
             meta = Box::pin(self.live_read_meta(&stream, sub, Some(start))).await?;
         }
@@ -129,17 +142,33 @@ impl StreamService {
         self.read_live_meta(stream).await
     }
 
-    /// Resolve the `offset` parameter against the stream.
-    pub(crate) fn start_position(&self, meta: &StreamMeta, offset: Option<ReadOffset>) -> ServiceResult<u64> {
-        let start = match offset {
-            None | Some(ReadOffset::Beginning) => 0,
+    /// Resolve the `offset` parameter against the stream: the position to
+    /// read from and the earliest retained one. `-1` (and no offset) starts
+    /// at the earliest retained position; an offset before it is
+    /// [`ServiceError::NotRetained`]. The fork lineage is consulted only
+    /// when the read starts below the fork's base (a reader of a fork's own
+    /// bytes costs no source read).
+    pub(crate) async fn start_position(
+        &self,
+        meta: &StreamMeta,
+        offset: Option<ReadOffset>,
+    ) -> ServiceResult<(u64, u64)> {
+        let wanted = match offset {
+            None | Some(ReadOffset::Beginning) => meta.retained_from,
             Some(ReadOffset::Now) => meta.tail,
             Some(ReadOffset::At(o)) => o.position(),
         };
-        if start > meta.tail {
+        if wanted > meta.tail {
             return Err(ServiceError::BadRequest("offset is beyond the stream's tail".into()));
         }
-        Ok(start)
+        let inherited = meta.fork.as_ref().is_some_and(|o| wanted < o.base);
+        let earliest = if inherited { self.earliest(meta).await? } else { meta.retained_from };
+        let start = match offset {
+            None | Some(ReadOffset::Beginning) => earliest,
+            _ if wanted < earliest => return Err(ServiceError::NotRetained { earliest }),
+            _ => wanted,
+        };
+        Ok((start, earliest))
     }
 
     fn empty_outcome(&self, meta: StreamMeta, start: u64, at_now: bool) -> ReadOutcome {
@@ -153,6 +182,7 @@ impl StreamService {
             closed,
             no_content: false,
             at_now,
+            earliest: meta.retained_from,
             meta,
         }
     }
@@ -163,7 +193,8 @@ impl StreamService {
         let body = if is_json(&meta.content_type) { json::render_array(&raw) } else { raw };
         let up_to_date = next >= meta.tail;
         let closed = meta.closed && up_to_date;
-        Ok(ReadOutcome { start, next, body, up_to_date, closed, no_content: false, at_now: false, meta })
+        let earliest = meta.retained_from;
+        Ok(ReadOutcome { start, next, body, up_to_date, closed, no_content: false, at_now: false, earliest, meta })
     }
 
     /// Stored bytes from `start` (JSON: framed messages), within the budget.
@@ -201,7 +232,9 @@ impl StreamService {
     /// The stream's bytes from `from`, one piece per stored append (slices of
     /// chunks), stitched across the fork chain: positions before a fork's
     /// base come from its source. Stops at `budget` bytes (see [`Cut`]).
-    /// `stream` is the handle of `meta`'s own path.
+    /// `stream` is the handle of `meta`'s own path. A position before the
+    /// earliest retained one (of `meta`, or of a source as read now) is
+    /// [`ServiceError::NotRetained`], with the earliest as `meta` sees it.
     pub(crate) fn read_pieces<'a>(
         &'a self,
         stream: &'a StreamHandle,
@@ -214,6 +247,9 @@ impl StreamService {
             let mut pieces = Vec::new();
             let mut pos = from;
             let mut used = 0usize;
+            if pos < meta.retained_from {
+                return Err(ServiceError::NotRetained { earliest: meta.retained_from });
+            }
             if let Some(origin) = meta.fork.as_ref().filter(|o| pos < o.base) {
                 let source = match self.sub.fork_peer.source_meta(&origin.source).await? {
                     Some(s) if s.incarnation == origin.source_incarnation => s,
@@ -228,7 +264,15 @@ impl StreamService {
                 // A fork read through another fork is bounded by both bases.
                 let limited = StreamMeta { tail: origin.base.min(source.tail).min(meta.tail), ..source };
                 let source_stream = StreamHandle::detached(&origin.source);
-                for p in self.read_pieces(&source_stream, &limited, pos, budget, cut).await? {
+                let inherited =
+                    self.read_pieces(&source_stream, &limited, pos, budget, cut).await.map_err(|e| match e {
+                        // The source's earliest, as this fork sees it.
+                        ServiceError::NotRetained { earliest } => {
+                            ServiceError::NotRetained { earliest: meta.retained_from.max(earliest.min(origin.base)) }
+                        }
+                        other => other,
+                    })?;
+                for p in inherited {
                     used += p.len();
                     pos += p.len() as u64;
                     pieces.push(p);
@@ -252,11 +296,7 @@ impl StreamService {
                 }
                 if chunk.end() <= pos || chunk.start > pos {
                     if chunk.start > pos {
-                        return Err(crate::StoreError::corrupt(
-                            format!("chunks of {}", meta.path),
-                            format!("gap at {pos}"),
-                        )
-                        .into());
+                        return Err(self.missing_bytes(stream, meta, pos).await);
                     }
                     continue;
                 }
@@ -277,8 +317,24 @@ impl StreamService {
                 pos += piece.len() as u64;
                 pieces.push(piece);
             }
+            if pieces.is_empty() && pos < meta.tail {
+                return Err(self.missing_bytes(stream, meta, pos).await);
+            }
             Ok(pieces)
         }
         .boxed()
+    }
+
+    /// The error for stored bytes missing at `pos` below `meta.tail`: a trim
+    /// committed since `meta` was read reclaimed them (the meta read now
+    /// says so: [`ServiceError::NotRetained`]), else the store lost them.
+    async fn missing_bytes(&self, stream: &StreamHandle, meta: &StreamMeta, pos: u64) -> ServiceError {
+        match self.sub.store.read_meta(stream).await {
+            Ok(Some(now)) if now.incarnation == meta.incarnation && pos < now.retained_from => {
+                ServiceError::NotRetained { earliest: now.retained_from }
+            }
+            Ok(_) => crate::StoreError::corrupt(format!("chunks of {}", meta.path), format!("gap at {pos}")).into(),
+            Err(e) => e.into(),
+        }
     }
 }

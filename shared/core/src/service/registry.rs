@@ -223,6 +223,7 @@ impl StreamService {
             fork: None,
             ref_count: 0,
             soft_deleted: false,
+            retained_from: 0,
         }
     }
 

@@ -51,7 +51,7 @@ impl StreamService {
         let mut sub = self.sub.hub.subscribe(&stream);
         let meta = self.live_read_meta(&stream, &mut sub, super::read::waits_at(req.offset)).await?;
         self.touch(&stream, &meta).await;
-        let pos = self.start_position(&meta, req.offset)?;
+        let (pos, _) = self.start_position(&meta, req.offset).await?;
         let state = SseState {
             svc: self.clone(),
             stream,
@@ -93,6 +93,13 @@ impl SseState {
         if self.pos < meta.tail {
             let (raw, next) = match self.svc.read_bytes(&self.stream, &meta, self.pos).await {
                 Ok(read) => read,
+                // A reader that fell behind a trim: the connection ends, and
+                // its reconnection at this offset is answered 410 with the
+                // earliest offset (an event stream has no status to say it).
+                Err(ServiceError::NotRetained { .. }) => {
+                    self.done = true;
+                    return;
+                }
                 Err(e) => {
                     tracing::warn!(path = %self.stream.path(), error = %e, "SSE read failed");
                     self.done = true;
