@@ -26,6 +26,8 @@ use std::time::Duration;
 
 use tracing::Instrument;
 
+pub mod policy_syntax;
+
 use crate::{ServiceError, StreamMeta, StreamService};
 
 /// One policy: the streams whose paths start with `prefix` keep at most
