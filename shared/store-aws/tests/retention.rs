@@ -143,3 +143,42 @@ async fn reclaim_deletes_chunk_items_and_segments_below_the_earliest_offset_only
     assert!(chunk_items(&f, &path, &inc).await.is_empty());
     assert!(segments(&f, &path, &inc).await.is_empty());
 }
+
+/// A reader that read chunk items just before a reclaim deleted their
+/// segment: simulated by committing a higher `retained_from` without
+/// reclaiming and deleting the segment by hand. The store answers the
+/// retained chunks only (a gap the core turns into 410), not an error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_racing_a_reclaim_finds_a_gap_not_an_error() {
+    let Some(f) = AwsFactory::new("a_read_racing_a_reclaim_finds_a_gap_not_an_error").await else { return };
+    let (aws, svc) = f.service();
+    let s = svc.substrate().clone();
+    let path = unique_path("reclaim-race");
+    let meta = create(&s, &path).await;
+    let inc = meta.incarnation.to_string();
+    for i in 0..20 {
+        append(&s, &path, piece(i), None).await;
+    }
+    let opts = SealOptions { min_chunks: 4, max_chunks: 10, max_bytes: 1 << 20, keep_tail_bytes: 0 };
+    let first = aws.seal(&path, opts.clone()).await.expect("seal");
+    let (seg_start, seg_end) = first.range.expect("a segment");
+    assert_eq!(seg_start, 0);
+    let stream = ds_core::StreamHandle::detached(&path);
+    let current = s.store.read_meta(&stream).await.expect("meta").expect("exists");
+    let mut next = current.clone();
+    next.retained_from = seg_end;
+    next.version += 1;
+    let mut commit = ds_core::Commit::with_capacity(1);
+    commit.push(ds_core::Op::PutMeta {
+        meta: next,
+        expect: ds_core::Expect::VersionAt { version: current.version, tail: current.tail },
+    });
+    s.store.commit(commit).await.expect("raise retained_from without reclaiming");
+    let s3 = aws_sdk_s3::Client::from_conf(aws_sdk_s3::config::Builder::from(&f.conf).force_path_style(true).build());
+    s3.delete_object().bucket(&f.cfg.bucket).key(first.segment_key.expect("key")).send().await.expect("delete");
+
+    let chunks = s.store.read_chunks(&stream, &inc, 0, current.tail, usize::MAX).await.expect("no error");
+    assert!(chunks.first().is_some_and(|c| c.start >= seg_end), "only retained chunks: {:?}", chunks.first());
+    let read = read_at(&svc, &path, 0).await;
+    assert!(matches!(read, Err(ServiceError::NotRetained { earliest }) if earliest == seg_end), "{read:?}");
+}
