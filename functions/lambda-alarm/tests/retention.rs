@@ -3,7 +3,7 @@
 //! (max-age needs time to pass). Policies by prefix: max-bytes trims at
 //! once, max-age only once a sampled tail is old enough, other streams are
 //! untouched; the trimmed history is gone from the table and reads of it
-//! answer 410.
+//! answer 410; a reclaim that was lost is asked for again.
 
 use bytes::Bytes;
 use ds_core::{AppendRequest, Clock, LiveMode, Random, ReadRequest, ServiceError, StreamService};
@@ -73,6 +73,21 @@ async fn a_retention_pass_trims_by_size_at_once_and_by_age_once_old_enough() {
         create(&svc, p).await;
         append(&svc, p, 30).await; // 30 appends of 20 bytes
     }
+    // A trim whose reclaim was lost (a crash, a failure, or a bound reached):
+    // committed without reclaiming, at exactly what the policy asks for.
+    let lost = format!("{root}/logs/lost");
+    create(&svc, &lost).await;
+    append(&svc, &lost, 30).await;
+    let before = meta(&svc, &lost).await;
+    let mut raised = before.clone();
+    raised.retained_from = 500;
+    raised.version += 1;
+    let mut commit = ds_core::Commit::with_capacity(1);
+    let expect = ds_core::Expect::VersionAt { version: before.version, tail: before.tail };
+    commit.push(ds_core::Op::PutMeta { meta: raised, expect });
+    svc.substrate().store.commit(commit).await.expect("trim without a reclaim");
+    assert_eq!(items_below(&conf, &cfg, &lost, &before.incarnation, 500).await, 25);
+
     let policies = format!("prefix={root}/logs/,max-bytes=100; prefix={root}/aged/,max-age=1h");
     let runner = lambda_alarm_fn::retention_runner(&svc, &policies).expect("policies parse").expect("on");
     assert!(lambda_alarm_fn::retention_runner(&svc, " ").expect("empty").is_none(), "no policy, no runner");
@@ -84,6 +99,11 @@ async fn a_retention_pass_trims_by_size_at_once_and_by_age_once_old_enough() {
     assert_eq!(m.retained_from, 600 - 100, "max-bytes keeps the newest 100 bytes (20-byte appends)");
     assert_eq!(items_below(&conf, &cfg, &sized, &m.incarnation, m.retained_from).await, 0, "reclaimed");
     assert_eq!(items_below(&conf, &cfg, &sized, &m.incarnation, 600).await, 5, "the newest five stay");
+    assert_eq!(
+        items_below(&conf, &cfg, &lost, &before.incarnation, 500).await,
+        0,
+        "a pass with nothing new to trim asks for the lost reclaim again"
+    );
     assert_eq!(meta(&svc, &aged).await.retained_from, 0, "nothing is an hour old yet");
     let k = meta(&svc, &kept).await;
     assert_eq!(k.retained_from, 0, "no policy governs it");

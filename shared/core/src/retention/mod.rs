@@ -116,6 +116,13 @@ impl RetentionRunner {
                     pass.streams += 1;
                     let up_to = self.up_to(i, &key, &meta, now);
                     if up_to <= meta.retained_from {
+                        // Nothing new to trim, but the last trim's reclaim
+                        // may have failed or stopped at its bound (AWS):
+                        // ask again (idempotent; below the listed
+                        // retained_from, which never moves back).
+                        if meta.retained_from > 0 {
+                            self.reclaim(&meta).await;
+                        }
                         continue;
                     }
                     match self.service.trim(&meta.path, up_to).await {
@@ -142,6 +149,16 @@ impl RetentionRunner {
         // Forget the samples of streams gone (or no longer governed).
         self.samples.retain(|key, _| seen.contains_key(key));
         pass
+    }
+
+    /// Free what `meta`'s earliest offset left unreadable (logged on failure,
+    /// asked again on the next pass).
+    async fn reclaim(&self, meta: &StreamMeta) {
+        let stream = crate::StreamHandle::detached(&meta.path);
+        let store = &self.service.substrate().store;
+        if let Err(e) = store.reclaim(&stream, &meta.incarnation, meta.retained_from).await {
+            tracing::warn!(path = %meta.path, error = %e, "retention: reclaiming failed; asked again next pass");
+        }
     }
 
     /// Whether policy `i` is the one `meta` follows (no longer prefix of an
