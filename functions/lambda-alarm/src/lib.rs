@@ -17,6 +17,8 @@
 use ds_core::retention::policy_syntax;
 use ds_core::{RetentionPass, RetentionRunner, ServiceConfig, StreamService};
 use ds_store_aws::AlarmInput;
+use std::time::{Duration, Instant};
+
 use tokio::sync::Mutex;
 
 /// The retention schedule's input (template.yaml `RetentionSchedule`):
@@ -51,19 +53,37 @@ pub fn retention_runner(service: &StreamService, text: &str) -> anyhow::Result<O
     Ok(Some(Mutex::new(RetentionRunner::new(service.clone(), policies))))
 }
 
-/// One retention pass. Without policies (the schedule outlived a change of
+/// Time a pass leaves before the invocation's deadline: the stream it is
+/// on finishes (a trim and a bounded reclaim take a few seconds at most).
+pub const RETENTION_MARGIN: Duration = Duration::from_secs(15);
+
+/// One retention pass, stopped by `deadline` (the invocation's, less
+/// [`RETENTION_MARGIN`]; see [`pass_deadline`]): the next pass resumes
+/// where it stopped. Without policies (the schedule outlived a change of
 /// `RetentionPolicies`, or an operator invoked it) nothing is done. Trims
 /// that failed are logged and retried by the next pass, so the invocation
 /// succeeds (a failed async invocation would be retried whole).
 #[tracing::instrument(level = "info", skip(runner))]
-pub async fn handle_retention(runner: Option<&Mutex<RetentionRunner>>) -> serde_json::Value {
+pub async fn handle_retention(runner: Option<&Mutex<RetentionRunner>>, deadline: Option<Instant>) -> serde_json::Value {
     let Some(runner) = runner else {
         tracing::info!("retention event without policies: nothing to do");
         return serde_json::json!({ "retention": "off" });
     };
-    let RetentionPass { streams, trimmed, failed } = runner.lock().await.pass().await;
-    tracing::info!(streams, trimmed, failed, "retention pass");
-    serde_json::json!({ "retention": { "streams": streams, "trimmed": trimmed, "failed": failed } })
+    let RetentionPass { streams, trimmed, failed, complete } = runner.lock().await.pass_until(deadline).await;
+    tracing::info!(streams, trimmed, failed, complete, "retention pass");
+    serde_json::json!({
+        "retention": { "streams": streams, "trimmed": trimmed, "failed": failed, "complete": complete }
+    })
+}
+
+/// The instant a pass must stop by, from the invocation's deadline (epoch
+/// milliseconds, `lambda_runtime::Context::deadline`).
+pub fn pass_deadline(invocation_deadline_ms: u64) -> Instant {
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    let left = Duration::from_millis(invocation_deadline_ms.saturating_sub(now_ms));
+    Instant::now() + left.saturating_sub(RETENTION_MARGIN)
 }
 
 /// Handle one schedule invocation.

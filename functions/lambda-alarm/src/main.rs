@@ -11,7 +11,8 @@ async fn main() -> Result<(), lambda_runtime::Error> {
         let retention = std::sync::Arc::clone(&retention);
         async move {
             let handled = if lambda_alarm_fn::is_retention_event(&event.payload) {
-                Ok(lambda_alarm_fn::handle_retention(retention.as_ref().as_ref()).await)
+                let deadline = lambda_alarm_fn::pass_deadline(event.context.deadline);
+                Ok(lambda_alarm_fn::handle_retention(retention.as_ref().as_ref(), Some(deadline)).await)
             } else {
                 lambda_alarm_fn::handle(&service, event.payload).await
             };

@@ -93,7 +93,7 @@ async fn a_retention_pass_trims_by_size_at_once_and_by_age_once_old_enough() {
     assert!(lambda_alarm_fn::retention_runner(&svc, " ").expect("empty").is_none(), "no policy, no runner");
     assert!(lambda_alarm_fn::is_retention_event(&serde_json::json!({ "retention": "pass" })));
 
-    let first = lambda_alarm_fn::handle_retention(Some(&runner)).await;
+    let first = lambda_alarm_fn::handle_retention(Some(&runner), None).await;
     assert_eq!(first["retention"]["trimmed"], 1, "{first}");
     let m = meta(&svc, &sized).await;
     assert_eq!(m.retained_from, 600 - 100, "max-bytes keeps the newest 100 bytes (20-byte appends)");
@@ -112,7 +112,7 @@ async fn a_retention_pass_trims_by_size_at_once_and_by_age_once_old_enough() {
     // An hour later, after more appends: what was there at the first pass goes.
     append(&svc, &aged, 5).await;
     clock.advance(3_600_001);
-    let second = lambda_alarm_fn::handle_retention(Some(&runner)).await;
+    let second = lambda_alarm_fn::handle_retention(Some(&runner), None).await;
     assert_eq!(second["retention"]["failed"], 0, "{second}");
     let a = meta(&svc, &aged).await;
     assert_eq!(a.retained_from, 600, "bytes sampled an hour ago go, the newer stay");
@@ -125,5 +125,39 @@ async fn a_retention_pass_trims_by_size_at_once_and_by_age_once_old_enough() {
         })
         .await;
     assert!(matches!(read, Err(ServiceError::NotRetained { earliest: 600 })), "{read:?}");
-    assert_eq!(lambda_alarm_fn::handle_retention(None).await["retention"], "off");
+    assert_eq!(lambda_alarm_fn::handle_retention(None, None).await["retention"], "off");
+}
+
+/// A pass stopped by its invocation's deadline leaves the rest of its
+/// round to the next pass: every stream is reached, even when a pass can
+/// handle only one (here the deadline has passed before the pass starts;
+/// a pass still handles one stream, so passes always progress).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn passes_cut_short_by_the_deadline_resume_where_they_stopped() {
+    if !emulator() {
+        return;
+    }
+    let conf = aws_config::defaults(aws_config::BehaviorVersion::latest()).load().await;
+    let cfg = AwsConfig::from_env().expect("config");
+    let aws = AwsSubstrate::new(cfg, AwsClients::from_sdk_config(&conf));
+    let svc = StreamService::new(aws.substrate(), ds_core::ServiceConfig::default());
+    let root = format!("ret-{}", uuid::Uuid::new_v4().simple());
+    let paths: Vec<String> = (0..3).map(|i| format!("{root}/s{i}")).collect();
+    for p in &paths {
+        create(&svc, p).await;
+        append(&svc, p, 10).await;
+    }
+    let runner =
+        lambda_alarm_fn::retention_runner(&svc, &format!("prefix={root}/,max-bytes=40")).expect("parses").expect("on");
+    let mut outcomes = Vec::new();
+    for _ in 0..3 {
+        let out = lambda_alarm_fn::handle_retention(Some(&runner), Some(std::time::Instant::now())).await;
+        outcomes.push((out["retention"]["trimmed"].clone(), out["retention"]["complete"].clone()));
+    }
+    let expected: Vec<(serde_json::Value, serde_json::Value)> =
+        vec![(1.into(), false.into()), (1.into(), false.into()), (1.into(), true.into())];
+    assert_eq!(outcomes, expected, "one stream per pass, the round completes with the third");
+    for p in &paths {
+        assert_eq!(meta(&svc, p).await.retained_from, 200 - 40, "{p} reached");
+    }
 }
