@@ -29,6 +29,7 @@ pub mod index;
 pub mod mutex;
 pub mod plan;
 pub mod reader;
+pub mod reclaim;
 pub mod registry;
 pub mod retry;
 pub mod scheduler;
@@ -161,6 +162,17 @@ impl AwsSubstrate {
     /// exists and keeps its entry.
     pub async fn remove_dangling_index(&self, path: &str) -> Result<bool, ds_core::StoreError> {
         Ok(index::remove_dangling(&self.backend, path).await?)
+    }
+
+    /// Free `(path, incarnation)`'s chunk items and objects wholly below
+    /// `below` (see [`reclaim::reclaim`]); idempotent, bounded per call.
+    pub async fn reclaim(
+        &self,
+        path: &str,
+        incarnation: &str,
+        below: u64,
+    ) -> Result<reclaim::ReclaimReport, ds_core::StoreError> {
+        Ok(reclaim::reclaim(&self.backend, path, incarnation, below).await?)
     }
 
     /// Remove garbage of one stream path (see [`cleanup::sweep_path`]).

@@ -132,12 +132,9 @@ pub async fn materialize(b: &Backend, items: Vec<ChunkItem>) -> Result<Vec<Chunk
             .iter()
             .cloned()
             .map(|(i, key, offset, len)| async move { b.blobs.get_range(&key, offset, len).await.map(|d| (i, d)) });
-        let done = futures::future::try_join_all(gets).await.map_err(|e| match e {
-            // A pointed-at object is gone only when the stream was deleted
-            // under the reader.
-            AwsError::NotFound(m) => AwsError::Ambiguous(format!("chunk object vanished (stream deleted?): {m}")),
-            other => other,
-        })?;
+        // NotFound is left to the caller: a pointed-at object is gone only
+        // when a trim's reclaim or a delete freed it under the reader.
+        let done = futures::future::try_join_all(gets).await?;
         fetched.extend(done);
     }
     let mut bodies: Vec<Option<Bytes>> = vec![None; fetches.len()];
@@ -181,5 +178,48 @@ pub async fn read_chunks(
     max_bytes: usize,
 ) -> Result<Vec<Chunk>, StoreError> {
     let items = chunk_items(b, path, incarnation, from, until, max_bytes).await?;
-    Ok(materialize(b, items).await?)
+    match materialize(b, items.clone()).await {
+        Err(AwsError::NotFound(m)) => without_reclaimed(b, path, incarnation, items, &m).await,
+        done => Ok(done?),
+    }
+}
+
+/// The read's chunks when an object its items pointed at vanished: a trim's
+/// reclaim deleted it after the items were read (it deletes items first, so
+/// this takes a reader that queried just before). The chunks the current
+/// meta still retains are returned (their objects are never reclaimed): the
+/// missing start is a gap, which the core answers 410 after re-reading the
+/// meta. Anything else (the stream deleted under the reader) stays an
+/// unknown outcome, answered 503 and retried by the client.
+async fn without_reclaimed(
+    b: &Backend,
+    path: &str,
+    incarnation: &str,
+    items: Vec<ChunkItem>,
+    missing: &str,
+) -> Result<Vec<Chunk>, StoreError> {
+    let vanished = || StoreError::from(AwsError::Ambiguous(format!("chunk object vanished: {missing}")));
+    // A plain read, not the store's cached one: nothing here is worth a
+    // cache refresh, and the reader stays below the store in the layering.
+    let out = b
+        .ddb
+        .get_item()
+        .table_name(&b.cfg.table)
+        .consistent_read(true)
+        .set_key(Some(codec::key_of(&schema::ItemKey::Meta { path: path.to_owned() })))
+        .send()
+        .await
+        .map_err(classify)?;
+    let meta = out.item().map(codec::meta_from_item).transpose()?;
+    let Some(retained_from) = meta.filter(|m| *m.incarnation == *incarnation).map(|m| m.retained_from) else {
+        return Err(vanished());
+    };
+    if items.first().is_none_or(|c| c.end > retained_from) {
+        return Err(vanished());
+    }
+    let kept: Vec<ChunkItem> = items.into_iter().filter(|c| c.end > retained_from).collect();
+    materialize(b, kept).await.map_err(|e| match e {
+        AwsError::NotFound(_) => vanished(),
+        other => other.into(),
+    })
 }

@@ -103,7 +103,8 @@ async fn pick_sealable(
         return Ok(None);
     };
     let limit = meta.tail.saturating_sub(opts.keep_tail_bytes);
-    let own_start = meta.own_start();
+    // Nothing below the earliest retained offset: a trim's reclaim frees it.
+    let own_start = meta.own_start().max(meta.retained_from);
     if limit <= own_start {
         return Ok(None);
     }

@@ -352,6 +352,15 @@ impl StreamStore for AwsStore {
     ) -> Result<Vec<StreamMeta>, StoreError> {
         crate::index::list(&self.b, prefix, after, limit).await
     }
+
+    /// Deletes the chunk items wholly below `below` and the objects only
+    /// they pointed at ([`crate::reclaim`]), a bounded amount per call (the
+    /// next trim's reclaim continues). Called by retention trims, which on
+    /// AWS run in the alarm function, never in the HTTP function.
+    async fn reclaim(&self, stream: &StreamHandle, incarnation: &str, below: u64) -> Result<(), StoreError> {
+        crate::reclaim::reclaim(&self.b, stream.path(), incarnation, below).await?;
+        Ok(())
+    }
 }
 
 /// The touch's `UpdateItem`, SDK retries off, retried here under the retry

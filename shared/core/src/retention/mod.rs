@@ -21,10 +21,12 @@
 //! longest prefix. The `__registry__` stream and reserved paths are never
 //! trimmed.
 
-use std::collections::{HashMap, VecDeque};
-use std::time::Duration;
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::time::{Duration, Instant};
 
 use tracing::Instrument;
+
+pub mod policy_syntax;
 
 use crate::{ServiceError, StreamMeta, StreamService};
 
@@ -52,6 +54,21 @@ pub struct RetentionPass {
     pub trimmed: usize,
     /// Trims that failed (logged; retried on the next pass).
     pub failed: usize,
+    /// The pass reached the end of every policy's listing (`false`: its
+    /// deadline stopped it, and the next pass resumes where it stopped).
+    pub complete: bool,
+}
+
+/// Where a round over every policy's streams stands: passes cut short by a
+/// deadline ([`RetentionRunner::pass_until`]) leave one to resume.
+#[derive(Default)]
+struct Round {
+    /// Index of the policy being listed.
+    policy: usize,
+    /// The last path handled under it.
+    after: Option<String>,
+    /// Streams handled in this round (their samples are kept at its end).
+    seen: HashSet<(String, String)>,
 }
 
 /// Applies [`RetentionPolicy`]s to the streams of one service, one pass at
@@ -62,12 +79,13 @@ pub struct RetentionRunner {
     policies: Vec<RetentionPolicy>,
     /// `(path, incarnation)` → tail samples `(at_ms, tail)`, oldest first.
     samples: HashMap<(String, String), VecDeque<(i64, u64)>>,
+    round: Round,
 }
 
 impl RetentionRunner {
     pub fn new(service: StreamService, mut policies: Vec<RetentionPolicy>) -> Self {
         policies.sort_by_key(|p| std::cmp::Reverse(p.prefix.len()));
-        Self { service, policies, samples: HashMap::new() }
+        Self { service, policies, samples: HashMap::new(), round: Round::default() }
     }
 
     /// Apply the policies every `interval` until the service shuts down
@@ -87,15 +105,25 @@ impl RetentionRunner {
 
     /// One pass over every policy's streams.
     pub async fn pass(&mut self) -> RetentionPass {
+        self.pass_until(None).await
+    }
+
+    /// A pass that stops at `deadline` (after handling at least one stream,
+    /// so passes always progress) and leaves the rest of its round to the
+    /// next pass: a host whose passes run under a time limit (a Lambda
+    /// invocation) covers every stream over several passes instead of
+    /// starving the end of the listing.
+    pub async fn pass_until(&mut self, deadline: Option<Instant>) -> RetentionPass {
         let mut pass = RetentionPass::default();
-        let mut seen: HashMap<(String, String), ()> = HashMap::new();
+        let mut round = std::mem::take(&mut self.round);
+        let mut examined = 0usize;
         let now = self.service.clock().now_ms();
-        for i in 0..self.policies.len() {
+        while round.policy < self.policies.len() {
+            let i = round.policy;
             let prefix = self.policies[i].prefix.clone();
-            let mut after: Option<String> = None;
             loop {
                 let store = &self.service.substrate().store;
-                let page = match store.list_streams_with_prefix(&prefix, after.as_deref(), 500).await {
+                let page = match store.list_streams_with_prefix(&prefix, round.after.as_deref(), 500).await {
                     Ok(page) => page,
                     Err(e) => {
                         tracing::warn!(prefix, error = %e, "retention: listing streams failed");
@@ -103,43 +131,75 @@ impl RetentionRunner {
                         break;
                     }
                 };
-                let Some(last) = page.last() else { break };
-                after = Some(last.path.to_string());
+                if page.is_empty() {
+                    break;
+                }
                 for meta in page {
+                    if examined > 0 && deadline.is_some_and(|d| Instant::now() >= d) {
+                        self.round = round;
+                        return pass;
+                    }
+                    examined += 1;
+                    round.after = Some(meta.path.to_string());
                     let key = (meta.path.to_string(), meta.incarnation.to_string());
-                    if seen.contains_key(&key) || !self.governs(i, &meta) {
+                    if round.seen.contains(&key) || !self.governs(i, &meta) {
                         continue;
                     }
-                    seen.insert(key.clone(), ());
+                    round.seen.insert(key.clone());
                     pass.streams += 1;
-                    let up_to = self.up_to(i, &key, &meta, now);
-                    if up_to <= meta.retained_from {
-                        continue;
-                    }
-                    match self.service.trim(&meta.path, up_to).await {
-                        Ok(out) if out.raised => {
-                            tracing::debug!(path = %meta.path, retained_from = out.retained_from, "retention trim");
-                            pass.trimmed += 1;
-                        }
-                        Ok(_) => {}
-                        // Deleted or re-created since it was listed: the next pass sees.
-                        Err(
-                            ServiceError::NotFound
-                            | ServiceError::Gone
-                            | ServiceError::Expired(_)
-                            | ServiceError::IncarnationChanged { .. },
-                        ) => {}
-                        Err(e) => {
-                            tracing::warn!(path = %meta.path, error = %e, "retention trim failed");
-                            pass.failed += 1;
-                        }
-                    }
+                    self.apply(i, &key, &meta, now, &mut pass).await;
                 }
             }
+            round.policy += 1;
+            round.after = None;
         }
         // Forget the samples of streams gone (or no longer governed).
-        self.samples.retain(|key, _| seen.contains_key(key));
+        self.samples.retain(|key, _| round.seen.contains(key));
+        pass.complete = true;
         pass
+    }
+
+    /// Apply policy `i` to one stream: trim it, or, with nothing new to
+    /// trim, ask for its reclaim again.
+    async fn apply(&mut self, i: usize, key: &(String, String), meta: &StreamMeta, now: i64, pass: &mut RetentionPass) {
+        let up_to = self.up_to(i, key, meta, now);
+        if up_to <= meta.retained_from {
+            // Nothing new to trim, but the last trim's reclaim may have
+            // failed or stopped at its bound (AWS): ask again (idempotent;
+            // below the listed retained_from, which never moves back).
+            if meta.retained_from > 0 {
+                self.reclaim(meta).await;
+            }
+            return;
+        }
+        match self.service.trim(&meta.path, up_to).await {
+            Ok(out) if out.raised => {
+                tracing::debug!(path = %meta.path, retained_from = out.retained_from, "retention trim");
+                pass.trimmed += 1;
+            }
+            Ok(_) => {}
+            // Deleted or re-created since it was listed: the next pass sees.
+            Err(
+                ServiceError::NotFound
+                | ServiceError::Gone
+                | ServiceError::Expired(_)
+                | ServiceError::IncarnationChanged { .. },
+            ) => {}
+            Err(e) => {
+                tracing::warn!(path = %meta.path, error = %e, "retention trim failed");
+                pass.failed += 1;
+            }
+        }
+    }
+
+    /// Free what `meta`'s earliest offset left unreadable (logged on failure,
+    /// asked again on the next pass).
+    async fn reclaim(&self, meta: &StreamMeta) {
+        let stream = crate::StreamHandle::detached(&meta.path);
+        let store = &self.service.substrate().store;
+        if let Err(e) = store.reclaim(&stream, &meta.incarnation, meta.retained_from).await {
+            tracing::warn!(path = %meta.path, error = %e, "retention: reclaiming failed; asked again next pass");
+        }
     }
 
     /// Whether policy `i` is the one `meta` follows (no longer prefix of an
