@@ -27,6 +27,7 @@ mod config;
 pub mod counter;
 pub mod json_schema;
 pub mod outbox;
+pub mod state;
 mod template;
 
 pub use catalog::{Catalog, ProcessorKind};
