@@ -141,3 +141,33 @@ async fn a_view_past_its_limits_and_unknown_processors_are_clear_errors() {
     let r = app.call("POST", "/v1/processors/users/state/state/a", &[], "").await;
     assert_eq!(r.status, 405);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_deleted_and_created_again_starts_a_fresh_view() {
+    let app = app().await;
+    app.create_json("state/a").await;
+    app.append("state/a", &[change("insert", "u", "old", json!(1))]).await;
+    assert_eq!(state(&app, "").await.1["state"], json!({ "u": { "old": 1 } }));
+    let r = app.call("DELETE", "/v1/stream/state/a", &[], "").await;
+    assert!(r.status.is_success(), "{}", r.status);
+    assert_eq!(state(&app, "").await.0, 404);
+    app.create_json("state/a").await;
+    app.append("state/a", &[change("insert", "u", "new", json!(2))]).await;
+    let (status, fresh) = state(&app, "").await;
+    assert_eq!((status, fresh["state"].clone()), (200, json!({ "u": { "new": 2 } })), "nothing of the old stream");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trimmed_stream_is_folded_from_its_earliest_retained_offset() {
+    let app = app().await;
+    app.create_json("state/a").await;
+    app.append("state/a", &[change("insert", "u", "1", json!(1))]).await;
+    let first = app.service.head("state/a").await.unwrap().tail;
+    app.append("state/a", &[change("insert", "u", "2", json!(2)), change("update", "u", "1", json!(10))]).await;
+    app.service.trim("state/a", first).await.unwrap();
+    let (status, view) = state(&app, "").await;
+    assert_eq!(status, 200, "{view}");
+    assert_eq!(view["summary"]["foldedFrom"], json!(first), "{view}");
+    // The update of a row whose insert was trimmed stores it.
+    assert_eq!(view["state"], json!({ "u": { "1": 10, "2": 2 } }));
+}

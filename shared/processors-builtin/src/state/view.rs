@@ -157,7 +157,14 @@ impl StateViews {
             Arc::clone(views.entry((slug.to_owned(), stream.to_owned())).or_default())
         };
         let mut guard = view.lock_owned().await;
-        guard.catch_up(service, stream, binding.settings).await?;
+        if let Err(e) = guard.catch_up(service, stream, binding.settings).await {
+            if matches!(e, OperatorError::StreamNotFound { .. }) {
+                // A deleted stream's view would otherwise stay until restart.
+                let mut views = self.views.lock().unwrap_or_else(PoisonError::into_inner);
+                views.remove(&(slug.to_owned(), stream.to_owned()));
+            }
+            return Err(e);
+        }
         if let Some(reason) = &guard.over_limit {
             return Err(OperatorError::StateLimit {
                 slug: slug.to_owned(),
