@@ -243,11 +243,20 @@ pub async fn processors<F: Fn(&str) -> Option<String>>(
     // Inline processors run in this function: every append it serves is
     // validated and reduced in its own commit.
     let inline = Arc::new(catalog.build_inline(&config).map_err(|e| anyhow::anyhow!("{}: {e}", source.origin))?);
-    if inline.is_empty() {
-        return Ok(Some(hosted));
+    let operator = if inline.is_empty() {
+        hosted
+    } else {
+        service.set_inline_gate(Arc::clone(&inline) as Arc<dyn ds_core::InlineGate>);
+        Arc::new(ds_processor_host::InlineOperator::new(Some(hosted), inline, service.clone()))
+    };
+    // `state` processors' views live in this instance's memory: folded on
+    // its first read of a stream, caught up on each read after.
+    let views = ds_processors_builtin::state::StateViews::from_config(&config)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", source.origin))?;
+    if views.is_empty() {
+        return Ok(Some(operator));
     }
-    service.set_inline_gate(Arc::clone(&inline) as Arc<dyn ds_core::InlineGate>);
-    Ok(Some(Arc::new(ds_processor_host::InlineOperator::new(Some(hosted), inline, service.clone()))))
+    Ok(Some(Arc::new(ds_processors_builtin::state::StateOperator::new(operator, Arc::new(views), service.clone()))))
 }
 
 /// The subscriptions API over `service` (see the crate docs): the engine

@@ -10,6 +10,7 @@ use ds_core::{StreamService, Substrate};
 use ds_metrics::prometheus::ScrapeHook;
 use ds_processor_host::{InlineOperator, InlineRegistry};
 use ds_processor_local::{HostConfig, LocalHost};
+use ds_processors_builtin::state::{StateOperator, StateViews};
 use ds_processors_builtin::{Catalog, ProcessorsConfig};
 
 pub struct Hosted {
@@ -19,6 +20,8 @@ pub struct Hosted {
     host: LocalHost,
     /// The inline processors (validated and reduced in each append's commit).
     inline: Arc<InlineRegistry>,
+    /// The `state` processors' in-memory views (served by the operator API).
+    views: Arc<StateViews>,
 }
 
 /// Reads the configuration (a file, or the TOML itself) and checks what
@@ -32,8 +35,9 @@ pub fn load(file: Option<&Path>, inline: Option<&str>) -> anyhow::Result<Option<
     };
     let config = ProcessorsConfig::from_toml(&source.text).with_context(|| origin.clone())?;
     let inline = Arc::new(Catalog::builtin().build_inline(&config).with_context(|| origin.clone())?);
+    let views = Arc::new(StateViews::from_config(&config).with_context(|| origin.clone())?);
     let host_config = HostConfig { lag_log_interval: config.host.lag_log_interval, ..HostConfig::default() };
-    Ok(Some(Hosted { origin, config, host: LocalHost::new(host_config), inline }))
+    Ok(Some(Hosted { origin, config, host: LocalHost::new(host_config), inline, views }))
 }
 
 impl Hosted {
@@ -59,10 +63,15 @@ impl Hosted {
     }
 
     pub fn operator(&self, service: &StreamService) -> Arc<dyn ds_processor_host::ProcessorOperator> {
-        if self.inline.is_empty() {
-            return self.host.operator();
+        let operator = if self.inline.is_empty() {
+            self.host.operator()
+        } else {
+            Arc::new(InlineOperator::new(Some(self.host.operator()), Arc::clone(&self.inline), service.clone()))
+        };
+        if self.views.is_empty() {
+            return operator;
         }
-        Arc::new(InlineOperator::new(Some(self.host.operator()), Arc::clone(&self.inline), service.clone()))
+        Arc::new(StateOperator::new(operator, Arc::clone(&self.views), service.clone()))
     }
 
     /// Sets `ds_processor_streams{processor}` and

@@ -43,6 +43,25 @@ enum ProcessorsCommand {
     },
     /// One processor on one stream: cursors, lag, runtime, state (JSON).
     Show { processor: String, stream: String },
+    /// A `state` processor's live state: whole, one TYPE (paged), or one row (TYPE KEY).
+    State {
+        processor: String,
+        stream: String,
+        /// Only this entity type.
+        #[arg(value_name = "TYPE")]
+        entity_type: Option<String>,
+        /// Only this row of TYPE.
+        key: Option<String>,
+        /// Continue after this key (the `next` of the previous page).
+        #[arg(long, conflicts_with = "key")]
+        after: Option<String>,
+        /// With no TYPE: continue after this type (with --after).
+        #[arg(long, conflicts_with = "entity_type", requires = "after")]
+        after_type: Option<String>,
+        /// Most rows in the answer (1..=1000).
+        #[arg(long, conflicts_with = "key")]
+        limit: Option<usize>,
+    },
     /// Rebuild the processor's state from the stream through its ack (no effects run).
     ReReduce {
         processor: String,
@@ -119,6 +138,23 @@ pub async fn run(args: ProcessorsArgs) -> anyhow::Result<()> {
             let path = format!("/v1/processors/{}/streams/{}", encode(processor), encode_path(stream));
             (path, None)
         }
+        ProcessorsCommand::State { processor, stream, entity_type, key, after, after_type, limit } => {
+            let mut query = Vec::new();
+            let pairs = [("type", entity_type), ("key", key), ("afterType", after_type), ("after", after)];
+            for (name, value) in pairs {
+                if let Some(v) = value {
+                    query.push(format!("{name}={}", encode(v)));
+                }
+            }
+            if let Some(l) = limit {
+                query.push(format!("limit={l}"));
+            }
+            let mut path = format!("/v1/processors/{}/state/{}", encode(processor), encode_path(stream));
+            if !query.is_empty() {
+                path = format!("{path}?{}", query.join("&"));
+            }
+            (path, None)
+        }
         ProcessorsCommand::ReReduce { processor, stream, reason } => {
             (control_path("re-reduce", processor, stream), Some(json!({ "reason": reason })))
         }
@@ -158,6 +194,14 @@ fn print_table(page: &Value) {
                 let mut s = format!("{p} ({}), {} rejected", cell(&inline["kind"]), cell(&inline["rejections"]));
                 if let Some(last) = inline["lastRejection"]["reason"].as_str() {
                     s.push_str(&format!(", last: {last}"));
+                }
+                s
+            }
+            (Value::String(p), _) if r["materialized"].is_object() => {
+                let m = &r["materialized"];
+                let mut s = format!("{p} (state), {} rows, {} malformed", cell(&m["rows"]), cell(&m["malformed"]));
+                if let Some(last) = m["lastMalformed"]["reason"].as_str() {
+                    s.push_str(&format!(", last at {}: {last}", cell(&m["lastMalformed"]["offset"])));
                 }
                 s
             }

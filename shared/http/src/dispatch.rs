@@ -74,7 +74,7 @@ impl Dispatch {
             R::Health if read(&req) => Box::pin(crate::health::health(State(self.health.clone()))),
             R::Metrics if read(&req) => Box::pin(crate::render_metrics(self.metrics.clone())),
             R::Health | R::Metrics => Box::pin(async { processors::method_not_allowed("GET, HEAD").into_response() }),
-            R::ProcessorsList | R::ProcessorShow | R::ProcessorControl | R::ProcessorBadPath => {
+            R::ProcessorsList | R::ProcessorShow | R::ProcessorState | R::ProcessorControl | R::ProcessorBadPath => {
                 Box::pin(processors::handle(State(self.processors.clone()), req))
             }
             R::NoStreamPath => Box::pin(handlers::not_a_stream()),

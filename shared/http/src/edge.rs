@@ -184,6 +184,7 @@ pub(crate) fn http_route(kind: PathKind) -> Option<&'static str> {
         PathKind::Metrics => "/metrics",
         PathKind::ProcessorsList => "/v1/processors",
         PathKind::ProcessorShow => "/v1/processors/{slug}/streams/{stream}",
+        PathKind::ProcessorState => "/v1/processors/{slug}/state/{stream}",
         PathKind::ProcessorControl => "/v1/processors/{slug}/{control}/{stream}",
         PathKind::Jwks => "/v1/stream/__ds/jwks.json",
         PathKind::Subscription(_) => "/v1/stream/__ds/subscriptions/{id}",

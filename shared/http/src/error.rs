@@ -223,6 +223,11 @@ impl From<ds_processor_host::OperatorError> for ApiError {
             O::StreamNotFound { .. } => Self::new(StatusCode::NOT_FOUND, "NOT_FOUND", msg),
             O::NotJson { .. } => Self::new(StatusCode::CONFLICT, "NOT_A_JSON_STREAM", msg),
             O::NotInline { .. } => Self::new(StatusCode::CONFLICT, "NOT_INLINE", msg),
+            O::NotMaterialized { .. } => Self::new(StatusCode::CONFLICT, "NOT_MATERIALIZED", msg),
+            O::RowNotFound { .. } => Self::new(StatusCode::NOT_FOUND, "ROW_NOT_FOUND", msg),
+            // The view is over its configured bounds: an operator must raise
+            // them (or compact the stream); retrying will not help.
+            O::StateLimit { .. } => Self::new(StatusCode::INSUFFICIENT_STORAGE, "STATE_LIMIT", msg),
             O::Runner(e) => e.into(),
             O::Unavailable(_) => {
                 Self::new(StatusCode::SERVICE_UNAVAILABLE, "UNAVAILABLE", msg).header("retry-after", 1)

@@ -5,11 +5,20 @@
 //! | --- | --- | --- |
 //! | `GET /v1/processors[?after=STREAM&limit=N]` | every processor on every stream, with its lag | `read` on `__ds/processors` |
 //! | `GET /v1/processors/{slug}/streams/{stream}` | one processor on one stream, with its state | `read` on the stream |
+//! | `GET /v1/processors/{slug}/state/{stream}[?…]` | a `state` processor's live state (below) | `read` on the stream |
 //! | `POST /v1/processors/{slug}/re-reduce/{stream}` | rebuild the state through the ack | `admin` on the stream |
 //! | `POST /v1/processors/{slug}/reprocess-from/{stream}` | rewind to a position (CAS on the cursor revision) | `admin` on the stream |
 //! | `POST /v1/processors/{slug}/skip-through/{stream}` | move past a poison event (CAS) | `admin` on the stream |
 //! | `POST /v1/processors/{slug}/reset/{stream}` | inline: start over from the initial state at the tail | `admin` on the stream |
 //! | `POST /v1/processors/{slug}/skip/{stream}` | inline: let appends pass unchecked until a reset | `admin` on the stream |
+//!
+//! The state of a `state` processor is read with query parameters, because
+//! the stream path is the route's tail (it may hold `/`, so a `/{type}/{key}`
+//! after it would be ambiguous): no parameter, the whole state in (type,
+//! key) order (`?afterType=T&after=K` continues it); `?type=T`, one type in
+//! key order (`&after=K`); `?type=T&key=K`, one row (`404` when absent).
+//! Pages hold at most `limit` rows (default 100, at most 1000) and name the
+//! `next` cursor when more follow.
 //!
 //! For an inline processor `re-reduce` refolds its reduction from the whole
 //! stream now.
@@ -25,7 +34,7 @@ use std::sync::Arc;
 use axum::extract::{Request, State};
 use axum::http::{HeaderValue, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
-use ds_processor_host::{Control, ProcessorOperator};
+use ds_processor_host::{Control, ProcessorOperator, StateCursor, StateQuery, DEFAULT_STATE_LIMIT, MAX_STATE_LIMIT};
 use serde::Deserialize;
 
 use crate::error::ApiError;
@@ -63,6 +72,7 @@ pub(crate) enum Action {
 pub(crate) enum Route {
     List,
     Show { slug: String, stream: String },
+    State { slug: String, stream: String },
     Control { slug: String, action: Action, stream: String },
 }
 
@@ -82,7 +92,7 @@ fn parse_rest(rest: &str) -> Result<Route, ApiError> {
         ApiError::new(
             StatusCode::NOT_FOUND,
             "NOT_FOUND",
-            "no such operator route: use /v1/processors/{slug}/streams|re-reduce|reprocess-from|skip-through|reset|skip/{stream}",
+            "no such operator route: use /v1/processors/{slug}/streams|state|re-reduce|reprocess-from|skip-through|reset|skip/{stream}",
         )
     };
     let mut parts = rest.splitn(3, '/');
@@ -96,6 +106,7 @@ fn parse_rest(rest: &str) -> Result<Route, ApiError> {
     ds_protocol::path::validate(&stream)?;
     let action = match action {
         "streams" => return Ok(Route::Show { slug, stream }),
+        "state" => return Ok(Route::State { slug, stream }),
         "re-reduce" => Action::ReReduce,
         "reprocess-from" => Action::ReprocessFrom,
         "skip-through" => Action::SkipThrough,
@@ -128,6 +139,9 @@ async fn dispatch(operator: Operator, req: Request) -> Result<Response, ApiError
             json(&operator.list(after.as_deref(), limit).await?)
         }
         (Route::Show { slug, stream }, Method::GET) => json(&operator.show(&slug, &stream).await?),
+        (Route::State { slug, stream }, Method::GET) => {
+            json(&operator.state(&slug, &stream, state_query(req.uri())?).await?)
+        }
         (Route::Control { slug, action, stream }, Method::POST) => {
             match control(action, &body(req.into_body(), MAX_CONTROL_BODY, CONTROL_BODY_IDLE).await?)? {
                 Either::Hosted(control) => json(&operator.control(&slug, &stream, control).await?),
@@ -163,6 +177,64 @@ fn list_query(uri: &Uri) -> Result<(Option<String>, usize), ApiError> {
         }
     }
     Ok((after, limit))
+}
+
+/// The [`StateQuery`] of a state read's query string (see module docs).
+fn state_query(uri: &Uri) -> Result<StateQuery, ApiError> {
+    let (mut entity_type, mut key, mut after, mut after_type, mut limit) = (None, None, None, None, None);
+    for pair in uri.query().unwrap_or_default().split('&').filter(|p| !p.is_empty()) {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        let v = percent_decode(v).ok_or_else(|| ApiError::bad_request("query is not valid UTF-8"))?;
+        let slot = match k {
+            "type" => &mut entity_type,
+            "key" => &mut key,
+            "after" => &mut after,
+            "afterType" => &mut after_type,
+            "limit" => &mut limit,
+            other => {
+                return Err(ApiError::bad_request(format!(
+                    "unknown state query parameter {other:?} (type, key, after, afterType, limit)"
+                )))
+            }
+        };
+        if slot.replace(v).is_some() {
+            return Err(ApiError::bad_request(format!("query parameter {k:?} is given twice")));
+        }
+    }
+    let limit = match limit {
+        None => DEFAULT_STATE_LIMIT,
+        Some(v) => v
+            .parse::<usize>()
+            .ok()
+            .filter(|n| (1..=MAX_STATE_LIMIT).contains(n))
+            .ok_or_else(|| ApiError::bad_request(format!("limit must be 1..={MAX_STATE_LIMIT}, not {v:?}")))?,
+    };
+    if entity_type.as_deref() == Some("") || key.as_deref() == Some("") {
+        return Err(ApiError::bad_request("type and key must not be empty"));
+    }
+    Ok(match (entity_type, key) {
+        (None, Some(_)) => return Err(ApiError::bad_request("key needs a type: ?type=T&key=K")),
+        (Some(entity_type), Some(key)) => {
+            if after.is_some() || after_type.is_some() {
+                return Err(ApiError::bad_request("a row read (type and key) takes no after or afterType"));
+            }
+            StateQuery::Row { entity_type, key }
+        }
+        (Some(entity_type), None) => {
+            if after_type.is_some() {
+                return Err(ApiError::bad_request("afterType is for the whole state; with type use after"));
+            }
+            StateQuery::Type { entity_type, after, limit }
+        }
+        (None, None) => {
+            let after = match (after_type, after) {
+                (Some(entity_type), Some(key)) => Some(StateCursor { entity_type, key }),
+                (None, None) => None,
+                _ => return Err(ApiError::bad_request("the whole state continues from afterType and after together")),
+            };
+            StateQuery::Whole { after, limit }
+        }
+    })
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -258,10 +330,34 @@ mod tests {
             parse("/v1/processors/c/reset/a/b").unwrap(),
             Route::Control { slug: "c".into(), action: Action::Reset, stream: "a/b".into() }
         );
+        assert_eq!(
+            parse("/v1/processors/users/state/state/a").unwrap(),
+            Route::State { slug: "users".into(), stream: "state/a".into() }
+        );
         assert_eq!(parse("/v1/processors/c/rewind/a").unwrap_err().status, StatusCode::NOT_FOUND);
         assert_eq!(parse("/v1/processors/c/streams/a/%2E%2E/b").unwrap_err().status, StatusCode::BAD_REQUEST);
         assert_eq!(parse("/v1/processors/c").unwrap_err().status, StatusCode::NOT_FOUND);
         assert!(route(&"/v1/stream/x".parse().unwrap()).is_none());
+    }
+
+    #[test]
+    fn state_queries_name_a_part_of_the_state() {
+        let q = |s: &str| state_query(&format!("/x?{s}").parse().unwrap());
+        assert_eq!(q("").unwrap(), StateQuery::Whole { after: None, limit: DEFAULT_STATE_LIMIT });
+        assert_eq!(
+            q("afterType=user&after=u%2F1&limit=5").unwrap(),
+            StateQuery::Whole { after: Some(StateCursor { entity_type: "user".into(), key: "u/1".into() }), limit: 5 }
+        );
+        assert_eq!(
+            q("type=user&after=b").unwrap(),
+            StateQuery::Type { entity_type: "user".into(), after: Some("b".into()), limit: DEFAULT_STATE_LIMIT }
+        );
+        assert_eq!(q("type=user&key=1").unwrap(), StateQuery::Row { entity_type: "user".into(), key: "1".into() });
+        for bad in
+            ["key=1", "limit=0", "limit=1001", "type=", "after=x", "type=a&key=1&after=b", "typo=1", "type=a&type=b"]
+        {
+            assert_eq!(q(bad).unwrap_err().status, StatusCode::BAD_REQUEST, "{bad}");
+        }
     }
 
     #[test]

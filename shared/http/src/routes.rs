@@ -49,6 +49,7 @@ route_ids! {
     Metrics,
     ProcessorsList,
     ProcessorShow,
+    ProcessorState,
     ProcessorControl,
     ProcessorBadPath,
     NoStreamPath,
@@ -91,6 +92,8 @@ pub enum PathKind {
     ProcessorsList,
     /// `/v1/processors/{slug}/streams/{stream}`
     ProcessorShow,
+    /// `/v1/processors/{slug}/state/{stream}`
+    ProcessorState,
     /// `/v1/processors/{slug}/{re-reduce|reprocess-from|skip-through}/{stream}`
     ProcessorControl,
     /// `/v1/processors/…` that does not parse
@@ -257,6 +260,7 @@ pub static TABLE: &[Row] = &[
     row(R::Metrics, ANY, P::Metrics, Grants(&[(Read, Target::Metrics)]), "metrics"),
     row(R::ProcessorsList, ANY, P::ProcessorsList, Grants(&[(Read, Target::Processors)]), "processors_list"),
     row(R::ProcessorShow, ANY, P::ProcessorShow, Grants(&[(Read, Target::ProcessorStream)]), "processor_show"),
+    row(R::ProcessorState, ANY, P::ProcessorState, Grants(&[(Read, Target::ProcessorStream)]), "processor_state"),
     row(R::ProcessorControl, ANY, P::ProcessorControl, PROCESSOR_ADMIN, "processor_control"),
     row(R::ProcessorBadPath, ANY, P::ProcessorBadPath, Token, "processor_bad_path"),
     row(R::NoStreamPath, ANY, P::NoStreamPath, Public, "other"),
@@ -343,6 +347,9 @@ impl<'a> Parsed<'a> {
             Some(Ok(OperatorRoute::List)) => none(P::ProcessorsList),
             Some(Ok(OperatorRoute::Show { stream, .. })) => {
                 Parsed { kind: P::ProcessorShow, path: None, processor_stream: Some(stream) }
+            }
+            Some(Ok(OperatorRoute::State { stream, .. })) => {
+                Parsed { kind: P::ProcessorState, path: None, processor_stream: Some(stream) }
             }
             Some(Ok(OperatorRoute::Control { stream, .. })) => {
                 Parsed { kind: P::ProcessorControl, path: None, processor_stream: Some(stream) }

@@ -25,6 +25,7 @@ fn samples() -> Vec<(RouteId, Method, &'static str, Option<&'static str>)> {
             R::Metrics => ("GET", "/metrics", None),
             R::ProcessorsList => ("GET", "/v1/processors", None),
             R::ProcessorShow => ("GET", "/v1/processors/c/streams/a%2Fb", None),
+            R::ProcessorState => ("GET", "/v1/processors/c/state/a/b?type=user", None),
             R::ProcessorControl => ("POST", "/v1/processors/c/reprocess-from/a/b", None),
             R::ProcessorBadPath => ("GET", "/v1/processors/c/nope/a", None),
             R::NoStreamPath => ("GET", "/v1/stream/", None),

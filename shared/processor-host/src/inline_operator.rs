@@ -105,6 +105,7 @@ fn status(hosted: &InlineHosted, meta: &StreamMeta, reduction: Option<&ds_core::
             last_rejection: hosted.last_rejection(),
             skipped,
         }),
+        materialized: None,
     }
 }
 
@@ -185,6 +186,19 @@ impl ProcessorOperator for InlineOperator {
         self.service.inline_control(processor.as_ref(), stream, control).await?;
         self.detail(hosted, stream).await
     }
+
+    /// Inline processors keep no materialized view: the hosted ones answer.
+    async fn state(
+        &self,
+        slug: &str,
+        stream: &str,
+        query: crate::StateQuery,
+    ) -> Result<crate::StateAnswer, OperatorError> {
+        match &self.hosted {
+            Some(hosted) if self.inline.hosted(slug).is_none() => hosted.state(slug, stream, query).await,
+            _ => Err(OperatorError::NotMaterialized { slug: slug.to_owned() }),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -208,6 +222,7 @@ mod tests {
             last_error: None,
             pending_background: 0,
             inline: None,
+            materialized: None,
         }
     }
 

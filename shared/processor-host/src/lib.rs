@@ -30,7 +30,8 @@
 //!   the core's `InlineGate`.
 //! - [`ProcessorOperator`]: what operators see and do (lag, state, the
 //!   runner's controls), served by the HTTP operator API; [`OnDemandOperator`]
-//!   is its implementation for hosts that keep no runner open.
+//!   is its implementation for hosts that keep no runner open; [`StateQuery`]
+//!   and [`StateAnswer`] are its reads of a materialized view (the `state` kind).
 
 mod alarms;
 mod hosted;
@@ -40,6 +41,7 @@ mod journal;
 mod operator;
 mod progress;
 mod recovery;
+mod state_api;
 
 pub use alarms::{AlarmScheduler, FiredAlarm, InProcAlarms};
 pub use hosted::{HostedRunner, ProcessorRegistry, ProcessorSpec, Registration, RegistryError, Spec};
@@ -52,6 +54,9 @@ pub use operator::{
 };
 pub use progress::RecordProgressStore;
 pub use recovery::StreamRecovery;
+pub use state_api::{
+    MalformedAt, MaterializedStatus, StateAnswer, StateCursor, StateQuery, DEFAULT_STATE_LIMIT, MAX_STATE_LIMIT,
+};
 
 use std::sync::Arc;
 

@@ -54,6 +54,10 @@ pub struct ProcessorStatus {
     /// commit): what it refused, whether an operator skipped it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub inline: Option<InlineStatus>,
+    /// Set for a materialized view (the `state` kind): its size and the
+    /// messages it refused to fold.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub materialized: Option<crate::MaterializedStatus>,
 }
 
 /// What an inline processor adds to its status.
@@ -89,6 +93,7 @@ impl ProcessorStatus {
             last_error: runtime.last_error.clone(),
             pending_background: runtime.pending_background,
             inline: None,
+            materialized: None,
         }
     }
 
@@ -113,6 +118,7 @@ impl ProcessorStatus {
             last_error: None,
             pending_background: 0,
             inline: None,
+            materialized: None,
         }
     }
 }
@@ -187,6 +193,15 @@ pub enum OperatorError {
     /// A control only inline processors have (reset, skip) asked of a hosted one.
     #[error("processor {slug:?} is not an inline processor: {control} applies to inline processors only")]
     NotInline { slug: String, control: &'static str },
+    /// A state read asked of a processor that keeps no materialized view.
+    #[error("processor {slug:?} keeps no materialized state (only `state` processors do)")]
+    NotMaterialized { slug: String },
+    #[error("processor {slug:?} has no row {key:?} of type {entity_type:?} on stream {stream:?}")]
+    RowNotFound { slug: String, stream: String, entity_type: String, key: String },
+    /// The view outgrew its configured `max_rows` / `max_bytes`: it is
+    /// dropped rather than served truncated.
+    #[error("processor {slug:?} on stream {stream:?}: {reason}")]
+    StateLimit { slug: String, stream: String, reason: String },
     #[error(transparent)]
     Runner(#[from] RunnerError),
     /// The store could not be read; may be retried.
@@ -219,6 +234,16 @@ pub trait ProcessorOperator: Send + Sync {
         control: ds_core::InlineControl,
     ) -> Result<ProcessorDetail, OperatorError> {
         Err(OperatorError::NotInline { slug: slug.to_owned(), control: inline_control_name(&control) })
+    }
+    /// Part of a processor's materialized state; only a host with
+    /// materialized views (the `state` kind) has any.
+    async fn state(
+        &self,
+        slug: &str,
+        _stream: &str,
+        _query: crate::StateQuery,
+    ) -> Result<crate::StateAnswer, OperatorError> {
+        Err(OperatorError::NotMaterialized { slug: slug.to_owned() })
     }
 }
 

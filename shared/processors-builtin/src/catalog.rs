@@ -60,11 +60,12 @@ impl Catalog {
         Self::default()
     }
 
-    /// The built-in kinds: `outbox` and `counter`.
+    /// The built-in kinds: `outbox`, `counter`, `json-schema` and `state`.
     pub fn builtin() -> Self {
         Self::empty()
             .with_kind("outbox", OutboxKind)
             .with_kind_fn("counter", |def, _service| crate::counter::build(def))
+            .with_kind_fn(crate::state::KIND, |def, _service| crate::state::build(def))
             .with_inline_kind("counter", crate::counter::build_inline)
             .with_inline_kind(crate::json_schema::KIND, |def| {
                 // It keeps no state: nothing is stored per append.

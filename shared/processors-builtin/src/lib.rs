@@ -20,6 +20,8 @@
 //!   JSON [`Template`], to a target stream exactly once.
 //! - `counter` ([`counter`]): a materialized view counting events, in total
 //!   and by the value at a JSON pointer.
+//! - `state` ([`state`]): the live state of State Protocol streams, kept in
+//!   the host's memory and served by the operator API ([`state::StateOperator`]).
 
 mod catalog;
 mod checkpoint;

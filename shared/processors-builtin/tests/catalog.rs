@@ -45,11 +45,19 @@ async fn mistakes_name_the_processor_and_the_field() {
     let cases = [
         (
             "[[processor]]\nkind = \"outbx\"\nslug = \"o\"\nstreams = \"a\"".to_owned(),
-            "processor #1 (\"o\"): field `kind`: unknown processor kind \"outbx\" (known: counter, json-schema, outbox)",
+            "processor #1 (\"o\"): field `kind`: unknown processor kind \"outbx\" (known: counter, json-schema, outbox, state)",
         ),
         (
             "[[processor]]\nkind = \"counter\"\nslug = \"c\"\nstreams = \"orders/x*\"".to_owned(),
             "processor #1 (\"c\"): field `streams`: ",
+        ),
+        (
+            "[[processor]]\nkind = \"state\"\nslug = \"s\"\nstreams = \"a\"\nmax_rows = 0".to_owned(),
+            "processor #1 (\"s\"): field `max_rows`: ",
+        ),
+        (
+            "[[processor]]\nkind = \"state\"\nslug = \"s\"\nstreams = \"a\"\nmax_row = 5".to_owned(),
+            "processor #1 (\"s\"): field `max_row`",
         ),
         (outbox("target = \"nowhere\""), "processor #1 (\"o\"): field `target`: stream \"nowhere\" does not exist"),
         (
@@ -121,7 +129,7 @@ async fn a_custom_kind_is_registered_next_to_the_built_in_ones() {
         // The example counter's contract names it "counter", whatever the config says.
         Ok(Arc::new(Spec::new(ds_processor_examples::counter)))
     });
-    assert_eq!(catalog.kinds(), ["counter", "json-schema", "outbox", "tally"]);
+    assert_eq!(catalog.kinds(), ["counter", "json-schema", "outbox", "state", "tally"]);
     let err = catalog.load("[[processor]]\nkind = \"tally\"\nslug = \"t\"\nstreams = \"a\"", &svc).await;
     assert!(matches!(&err, Err(ConfigError::Field { field, .. }) if field == "slug"), "{:?}", err.err());
     let ok = catalog.load("[[processor]]\nkind = \"tally\"\nslug = \"counter\"\nstreams = \"a\"", &svc).await;

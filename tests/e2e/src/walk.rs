@@ -98,6 +98,14 @@ fn scenario(id: R, tag: &str, host: &Host) -> Scenario {
             paths: vec![(Target::ProcessorStream, s("proc/show"))],
             ..none(Req::new("GET", format!("/v1/processors/walk-count/streams/{}", encode(&s("proc/show")))), &[200])
         },
+        // The walk's processor is a counter, which keeps no materialized
+        // state: a granted read is 409 NOT_MATERIALIZED, which is enough to
+        // walk the route and its access control.
+        R::ProcessorState => Scenario {
+            setup: vec![json_stream(&s("proc/state"))],
+            paths: vec![(Target::ProcessorStream, s("proc/state"))],
+            ..none(Req::new("GET", format!("/v1/processors/walk-count/state/{}", encode(&s("proc/state")))), &[409])
+        },
         R::ProcessorControl => Scenario {
             setup: vec![json_stream(&s("proc/ctl"))],
             paths: vec![(Target::ProcessorStream, s("proc/ctl"))],

@@ -267,3 +267,56 @@ fn the_toml_itself_is_taken_inline_and_never_together_with_a_file() {
     // The TOML where a file is expected is a file that does not exist.
     refuses_with(&[], &[("DS_PROCESSORS", typo)], "DS_PROCESSORS: cannot read");
 }
+
+/// A `state` processor in the real server, read through the CLI: the whole
+/// state, one type, one row, a missing row, and the malformed message in
+/// `processors list`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_reads_a_state_processors_live_state() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (dir, config) = (tmp.path().join("data"), tmp.path().join("processors.toml"));
+    std::fs::write(&config, "[[processor]]\nkind = \"state\"\nslug = \"live\"\nstreams = \"rooms/*\"\n").unwrap();
+    let mut server = Server::start(opts(&dir, &config)).await.unwrap();
+    let http = client();
+    let messages = json!([
+        { "type": "member", "key": "ann", "value": { "role": "host" }, "headers": { "operation": "insert" } },
+        { "type": "member", "key": "bo", "value": { "role": "guest" }, "headers": { "operation": "insert" } },
+        { "type": "member", "key": "bo", "headers": { "operation": "delete" } },
+        { "type": "topic", "key": "t", "value": "rust", "headers": { "operation": "upsert" } },
+        { "type": "member", "key": "cy", "headers": { "operation": "insert" } },
+    ]);
+    let put = http
+        .put(server.url("rooms/1"))
+        .header("content-type", "application/json")
+        .body(messages.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(put.status(), 201);
+
+    let state = |args: &[&str]| {
+        let mut all = vec!["state", "live", "rooms/1"];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&["--url", &server.base]);
+        cli(&all)
+    };
+    let out = state(&[]);
+    assert!(out.status.success(), "state: {}", String::from_utf8_lossy(&out.stderr));
+    let whole: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(whole["state"], json!({ "member": { "ann": { "role": "host" } }, "topic": { "t": "rust" } }));
+    assert_eq!(whole["summary"]["malformed"], 1, "the insert without a value: {whole}");
+    let one_type: Value = serde_json::from_slice(&state(&["member", "--limit", "1"]).stdout).unwrap();
+    assert_eq!(one_type["state"], json!({ "ann": { "role": "host" } }));
+    let row: Value = serde_json::from_slice(&state(&["topic", "t"]).stdout).unwrap();
+    assert_eq!(row["state"], json!("rust"));
+    let missing = state(&["member", "bo"]);
+    let err = String::from_utf8_lossy(&missing.stderr);
+    assert!(!missing.status.success() && err.contains("404") && err.contains("ROW_NOT_FOUND"), "{err}");
+
+    wait_caught_up(&server, 1).await;
+    let out = cli(&["list", "--url", &server.base]);
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(table.contains("2 rows, 1 malformed"), "{table}");
+    let status = server.terminate(Duration::from_secs(15)).await.unwrap();
+    assert!(matches!(status, Some(s) if s.success()), "SIGTERM: {status:?}; log:\n{}", server.log_tail());
+}
