@@ -182,6 +182,7 @@ async fn alarm_rearms_when_a_sliding_ttl_moved_the_deadline() {
         producer: None,
         dedupe_key: None,
         incarnation: None,
+        expect_tail: None,
         trace_context: None,
     })
     .await

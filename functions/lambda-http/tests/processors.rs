@@ -59,6 +59,7 @@ async fn append(svc: &StreamService, path: &str, status: &str) {
         producer: None,
         dedupe_key: None,
         incarnation: None,
+        expect_tail: None,
         trace_context: None,
     };
     svc.append(req).await.unwrap();

@@ -181,6 +181,7 @@ async fn sse_streams_framed_events_incrementally_through_the_runtime() {
         producer: None,
         dedupe_key: None,
         incarnation: None,
+        expect_tail: None,
         trace_context: None,
     };
     writer.append(append(b"two", false)).await.expect("append");

@@ -59,7 +59,27 @@ impl Hosted {
     pub async fn start(&self, service: &StreamService) -> anyhow::Result<()> {
         let registry = Catalog::builtin().build(&self.config, service).await.with_context(|| self.origin.clone())?;
         self.host.start(service.clone(), registry).await.context("starting the processors")?;
+        self.start_compaction(service);
         Ok(())
+    }
+
+    /// One background task per `state` processor with a `compact_ratio`:
+    /// a pass at start (it finishes a compaction a crash interrupted), then
+    /// one per `compact_interval`.
+    fn start_compaction(&self, service: &StreamService) {
+        for (slug, interval) in self.views.compacting() {
+            let (views, service) = (Arc::clone(&self.views), service.clone());
+            tracing::info!(processor = %slug, interval_ms = interval.as_millis() as u64, "state compaction on");
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(interval);
+                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                loop {
+                    tick.tick().await;
+                    let pass = views.compaction_pass(&slug, &service).await;
+                    tracing::debug!(processor = %slug, ?pass, "state compaction pass");
+                }
+            });
+        }
     }
 
     pub fn operator(&self, service: &StreamService) -> Arc<dyn ds_processor_host::ProcessorOperator> {

@@ -62,6 +62,8 @@ enum ProcessorsCommand {
         #[arg(long, conflicts_with = "key")]
         limit: Option<usize>,
     },
+    /// A `state` processor: append a snapshot of the live state and trim the history before it, now.
+    Compact { processor: String, stream: String },
     /// Rebuild the processor's state from the stream through its ack (no effects run).
     ReReduce {
         processor: String,
@@ -159,6 +161,9 @@ pub async fn run(args: ProcessorsArgs) -> anyhow::Result<()> {
             (control_path("re-reduce", processor, stream), Some(json!({ "reason": reason })))
         }
         ProcessorsCommand::Reset { processor, stream } => (control_path("reset", processor, stream), Some(json!({}))),
+        ProcessorsCommand::Compact { processor, stream } => {
+            (control_path("compact", processor, stream), Some(json!({})))
+        }
         ProcessorsCommand::Skip { processor, stream, reason } => {
             (control_path("skip", processor, stream), Some(json!({ "reason": reason })))
         }

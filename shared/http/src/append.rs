@@ -119,6 +119,7 @@ pub(crate) async fn append(
         // The request span's own context, when it continues a sampled
         // `traceparent` (the edge made it its parent): only then does the
         // append leave its context for the work it causes.
+        expect_tail: None,
         trace_context: hd
             .traceparent
             .filter(|_| ds_telemetry::enabled())

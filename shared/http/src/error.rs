@@ -83,6 +83,7 @@ impl From<ServiceError> for ApiError {
                 err
             }
             ServiceError::Conflict(_) => Self::new(StatusCode::CONFLICT, "CONFLICT", msg),
+            ServiceError::TailMoved { .. } => Self::new(StatusCode::CONFLICT, "TAIL_MOVED", msg),
             ServiceError::StreamClosed { tail } => Self::new(StatusCode::CONFLICT, "STREAM_CLOSED", msg)
                 .header(h::STREAM_CLOSED, "true")
                 .header(h::STREAM_NEXT_OFFSET, Offset(tail)),
@@ -225,6 +226,7 @@ impl From<ds_processor_host::OperatorError> for ApiError {
             O::NotInline { .. } => Self::new(StatusCode::CONFLICT, "NOT_INLINE", msg),
             O::NotMaterialized { .. } => Self::new(StatusCode::CONFLICT, "NOT_MATERIALIZED", msg),
             O::RowNotFound { .. } => Self::new(StatusCode::NOT_FOUND, "ROW_NOT_FOUND", msg),
+            O::Conflict(_) => Self::new(StatusCode::CONFLICT, "CONFLICT", msg),
             // The view is over its configured bounds: an operator must raise
             // them (or compact the stream); retrying will not help.
             O::StateLimit { .. } => Self::new(StatusCode::INSUFFICIENT_STORAGE, "STATE_LIMIT", msg),

@@ -11,6 +11,7 @@
 //! | `POST /v1/processors/{slug}/skip-through/{stream}` | move past a poison event (CAS) | `admin` on the stream |
 //! | `POST /v1/processors/{slug}/reset/{stream}` | inline: start over from the initial state at the tail | `admin` on the stream |
 //! | `POST /v1/processors/{slug}/skip/{stream}` | inline: let appends pass unchecked until a reset | `admin` on the stream |
+//! | `POST /v1/processors/{slug}/compact/{stream}` | `state`: snapshot the live state, trim the history before it | `admin` on the stream |
 //!
 //! The state of a `state` processor is read with query parameters, because
 //! the stream path is the route's tail (it may hold `/`, so a `/{type}/{key}`
@@ -65,6 +66,7 @@ pub(crate) enum Action {
     SkipThrough,
     Reset,
     Skip,
+    Compact,
 }
 
 /// A parsed operator API request path.
@@ -92,7 +94,7 @@ fn parse_rest(rest: &str) -> Result<Route, ApiError> {
         ApiError::new(
             StatusCode::NOT_FOUND,
             "NOT_FOUND",
-            "no such operator route: use /v1/processors/{slug}/streams|state|re-reduce|reprocess-from|skip-through|reset|skip/{stream}",
+            "no such operator route: use /v1/processors/{slug}/streams|state|re-reduce|reprocess-from|skip-through|reset|skip|compact/{stream}",
         )
     };
     let mut parts = rest.splitn(3, '/');
@@ -112,6 +114,7 @@ fn parse_rest(rest: &str) -> Result<Route, ApiError> {
         "skip-through" => Action::SkipThrough,
         "reset" => Action::Reset,
         "skip" => Action::Skip,
+        "compact" => Action::Compact,
         _ => return Err(usage()),
     };
     Ok(Route::Control { slug, action, stream })
@@ -146,6 +149,7 @@ async fn dispatch(operator: Operator, req: Request) -> Result<Response, ApiError
             match control(action, &body(req.into_body(), MAX_CONTROL_BODY, CONTROL_BODY_IDLE).await?)? {
                 Either::Hosted(control) => json(&operator.control(&slug, &stream, control).await?),
                 Either::Inline(control) => json(&operator.inline_control(&slug, &stream, control).await?),
+                Either::Compact => json(&operator.compact(&slug, &stream).await?),
             }
         }
         (Route::Control { .. }, _) => Err(method_not_allowed("POST")),
@@ -250,6 +254,8 @@ struct ControlBody {
 enum Either {
     Hosted(Control),
     Inline(ds_core::InlineControl),
+    /// A `state` processor's compaction.
+    Compact,
 }
 
 fn control(action: Action, bytes: &[u8]) -> Result<Either, ApiError> {
@@ -279,6 +285,10 @@ fn control(action: Action, bytes: &[u8]) -> Result<Either, ApiError> {
         Action::Skip => {
             no_cas("skip")?;
             return Ok(Either::Inline(ds_core::InlineControl::Skip { reason }));
+        }
+        Action::Compact => {
+            no_cas("compact")?;
+            return Ok(Either::Compact);
         }
         Action::ReReduce => {
             no_cas("re-reduce")?;

@@ -92,6 +92,7 @@ async fn each_create_close_and_delete_reaches_the_bus_at_least_once_under_one_id
         producer: None,
         dedupe_key: None,
         incarnation: None,
+        expect_tail: None,
         trace_context: None,
     };
     svc.append(close).await.expect("close a");

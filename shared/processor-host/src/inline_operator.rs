@@ -199,6 +199,13 @@ impl ProcessorOperator for InlineOperator {
             _ => Err(OperatorError::NotMaterialized { slug: slug.to_owned() }),
         }
     }
+
+    async fn compact(&self, slug: &str, stream: &str) -> Result<crate::CompactionReport, OperatorError> {
+        match &self.hosted {
+            Some(hosted) if self.inline.hosted(slug).is_none() => hosted.compact(slug, stream).await,
+            _ => Err(OperatorError::NotMaterialized { slug: slug.to_owned() }),
+        }
+    }
 }
 
 #[cfg(test)]

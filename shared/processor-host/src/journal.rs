@@ -100,6 +100,7 @@ impl Journal for StreamJournal {
             producer: None,
             dedupe_key: Some(idempotency_key.to_owned()),
             incarnation: Some(incarnation.as_str().to_owned()),
+            expect_tail: None,
             trace_context: None,
         };
         match self.service.append(request).await.map_err(|e| journal_error(e, incarnation))? {

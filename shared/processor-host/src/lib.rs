@@ -55,7 +55,8 @@ pub use operator::{
 pub use progress::RecordProgressStore;
 pub use recovery::StreamRecovery;
 pub use state_api::{
-    MalformedAt, MaterializedStatus, StateAnswer, StateCursor, StateQuery, DEFAULT_STATE_LIMIT, MAX_STATE_LIMIT,
+    CompactionOutcome, CompactionReport, MalformedAt, MaterializedStatus, StateAnswer, StateCursor, StateQuery,
+    DEFAULT_STATE_LIMIT, MAX_STATE_LIMIT,
 };
 
 use std::sync::Arc;

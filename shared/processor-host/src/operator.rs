@@ -204,6 +204,10 @@ pub enum OperatorError {
     StateLimit { slug: String, stream: String, reason: String },
     #[error(transparent)]
     Runner(#[from] RunnerError),
+    /// The stream's state refuses the request (a closed stream cannot take
+    /// a snapshot); retrying will not help until it changes.
+    #[error("{0}")]
+    Conflict(String),
     /// The store could not be read; may be retried.
     #[error("{0}")]
     Unavailable(String),
@@ -243,6 +247,11 @@ pub trait ProcessorOperator: Send + Sync {
         _stream: &str,
         _query: crate::StateQuery,
     ) -> Result<crate::StateAnswer, OperatorError> {
+        Err(OperatorError::NotMaterialized { slug: slug.to_owned() })
+    }
+    /// Compacts a `state` processor's stream now (whatever its sizes);
+    /// only a host with materialized views has any to compact.
+    async fn compact(&self, slug: &str, _stream: &str) -> Result<crate::CompactionReport, OperatorError> {
         Err(OperatorError::NotMaterialized { slug: slug.to_owned() })
     }
 }

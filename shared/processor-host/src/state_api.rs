@@ -69,3 +69,40 @@ pub struct StateAnswer {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next: Option<StateCursor>,
 }
+
+/// What a compaction of a `state` processor's stream did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CompactionOutcome {
+    /// A snapshot was appended and the history before it trimmed.
+    Compacted,
+    /// An earlier compaction's snapshot was found untrimmed (a crash
+    /// between its two steps) and the trim was finished; no new snapshot.
+    Resumed,
+    /// The history is within the configured multiple of the live state.
+    NotNeeded,
+}
+
+/// The answer to a compaction request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CompactionReport {
+    pub processor: String,
+    pub stream: String,
+    pub outcome: CompactionOutcome,
+    /// Where the snapshot starts: the stream's earliest retained offset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot_at: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot_bytes: Option<u64>,
+    /// The live state it restates.
+    pub rows: u64,
+    pub live_bytes: u64,
+    /// Bytes between the earliest retained offset and the tail, before and
+    /// after: what a reader from `offset=-1` downloads.
+    pub history_before: u64,
+    pub history_after: u64,
+    pub earliest_offset: u64,
+    /// Snapshots built until one landed (the tail moved under the others).
+    pub attempts: u32,
+}

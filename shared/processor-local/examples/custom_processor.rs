@@ -84,6 +84,7 @@ impl Processor for RevenueView {
             // Same key on every retry and after a crash: the alert is appended once.
             dedupe_key: Some(call.delivery.idempotency_key("large-order-alert")),
             incarnation: None,
+            expect_tail: None,
             trace_context: None,
         };
         let service = self.service.clone();

@@ -94,6 +94,7 @@ impl Processor for Outbox {
             dedupe_key: Some(call.delivery.idempotency_key(&format!("outbox/{}", self.contract.slug))),
             incarnation: None,
             // The step's span: the target stream's readers continue its trace.
+            expect_tail: None,
             trace_context: ds_telemetry::current_traceparent(),
         };
         let service = self.service.clone();

@@ -31,6 +31,7 @@ fn append_req(path: &str, body: &'static [u8]) -> AppendRequest<'static> {
         producer: None,
         dedupe_key: None,
         incarnation: None,
+        expect_tail: None,
         trace_context: None,
     }
 }

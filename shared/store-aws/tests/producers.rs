@@ -28,6 +28,7 @@ fn append(path: &str, seq: u64, body: &'static [u8]) -> AppendRequest<'static> {
         producer: Some(ProducerHeaders { id: "p".into(), epoch: 0, seq }),
         dedupe_key: None,
         incarnation: None,
+        expect_tail: None,
         trace_context: None,
     }
 }

@@ -167,6 +167,7 @@ impl Subscriptions {
             body: Bytes::from(event.to_string()),
             dedupe_key: None,
             incarnation: None,
+            expect_tail: None,
             trace_context: None,
         };
         match self.inner.service.append(request).await {

@@ -197,6 +197,7 @@ pub fn append_request(path: &str, body: Bytes) -> crate::AppendRequest<'static> 
         producer: None,
         dedupe_key: None,
         incarnation: None,
+        expect_tail: None,
         trace_context: None,
     }
 }

@@ -39,6 +39,12 @@ pub struct AppendRequest<'a> {
     /// [`ServiceError::IncarnationChanged`] instead of writing into a
     /// re-created stream. In-process only.
     pub incarnation: Option<String>,
+    /// Append only if the stream's tail, after every append ahead of this
+    /// one, is exactly this position: else [`ServiceError::TailMoved`] and
+    /// nothing is written. Checked in the critical section and held by the
+    /// commit's `VersionAt` precondition, so the bytes land right after what
+    /// the caller read. In-process only (State Protocol compaction).
+    pub expect_tail: Option<u64>,
     /// The trace context of the span this append was made in (a W3C
     /// `traceparent`, opaque here), when that span is exported: recorded in
     /// the stream's trace ring before readers are woken, so the processor
@@ -157,6 +163,9 @@ impl StreamService {
             } else {
                 Err(ServiceError::StreamClosed { tail: meta.tail })
             };
+        }
+        if let Some(expected) = req.expect_tail.filter(|t| *t != meta.tail) {
+            return Err(ServiceError::TailMoved { expected, tail: meta.tail });
         }
         let data = frame_body(req, &meta)?;
         if let (Some(seq), Some(last)) = (&req.seq, &meta.last_stream_seq) {

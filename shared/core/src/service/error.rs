@@ -33,6 +33,12 @@ pub enum ServiceError {
     /// 409 with a reason (config mismatch, content-type mismatch, seq regression…).
     #[error("{0}")]
     Conflict(String),
+    /// 409: an append that named the tail it must land at
+    /// (`AppendRequest::expect_tail`) found another one. In-process only
+    /// (State Protocol compaction: a snapshot lands right after the state it
+    /// was built from, or not at all).
+    #[error("the stream's tail moved: expected {}, found {}", ds_protocol::Offset(*expected), ds_protocol::Offset(*tail))]
+    TailMoved { expected: u64, tail: u64 },
     /// 409 for an append to a closed stream; carries the final tail.
     #[error("stream is closed")]
     StreamClosed { tail: u64 },

@@ -47,6 +47,18 @@ impl StreamService {
     /// `up_to` (clamped to the tail), never lowered. Idempotent. The store
     /// then reclaims the chunks wholly below it.
     pub async fn trim(&self, path: &str, up_to: u64) -> ServiceResult<TrimOutcome> {
+        self.trim_lifetime(path, None, up_to).await
+    }
+
+    /// [`Self::trim`] of one life of the stream: a re-created stream at the
+    /// path answers [`ServiceError::IncarnationChanged`] and is not touched
+    /// (a caller that read positions in the old life must not trim the new
+    /// one at them).
+    pub async fn trim_incarnation(&self, path: &str, incarnation: &str, up_to: u64) -> ServiceResult<TrimOutcome> {
+        self.trim_lifetime(path, Some(incarnation), up_to).await
+    }
+
+    async fn trim_lifetime(&self, path: &str, expected: Option<&str>, up_to: u64) -> ServiceResult<TrimOutcome> {
         ds_protocol::path::validate(path)?;
         self.refuse_registry_write(path)?;
         let stream = self.sub.registry.enter(path);
@@ -54,6 +66,12 @@ impl StreamService {
         // positions below the stored tail never change, so it stays a
         // boundary whatever is appended meanwhile.
         let meta = self.read_live_meta(&stream).await?;
+        if let Some(expected) = expected.filter(|e| **e != *meta.incarnation) {
+            return Err(ServiceError::IncarnationChanged {
+                expected: expected.to_owned(),
+                found: meta.incarnation.to_string(),
+            });
+        }
         let up_to = up_to.min(meta.tail);
         let boundary = if up_to <= meta.retained_from {
             meta.retained_from

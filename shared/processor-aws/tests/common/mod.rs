@@ -278,6 +278,7 @@ pub async fn append(service: &StreamService, path: &str, message: &str) {
         producer: None,
         dedupe_key: None,
         incarnation: None,
+        expect_tail: None,
         trace_context: None,
     };
     service.append(req).await.expect("append");

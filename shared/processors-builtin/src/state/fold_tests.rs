@@ -207,4 +207,38 @@ proptest! {
         prop_assert_eq!(replayed.to_json(), whole.to_json());
         prop_assert_eq!((replayed.rows(), replayed.bytes()), (whole.rows(), whole.bytes()));
     }
+
+    /// The compactor's real snapshot (`snapshot_messages`): a fresh reader
+    /// of `snapshot ++ rest` and a live reader of `history ++ snapshot ++
+    /// rest` both fold what `history ++ rest` folds.
+    #[test]
+    fn a_snapshot_restates_the_state_for_new_and_live_readers(
+        ops in prop::collection::vec(op(), 0..80),
+        cut in any::<prop::sample::Index>(),
+    ) {
+        let cut = cut.index(ops.len() + 1);
+        let (head, tail) = ops.split_at(cut);
+        let mut whole = Materialized::new();
+        fold(&mut whole, &ops);
+        let mut at_cut = Materialized::new();
+        fold(&mut at_cut, head);
+        let body = crate::state::snapshot_messages(&at_cut, "users", 4096);
+        let snapshot: Vec<Value> = serde_json::from_slice(&body).expect("a snapshot is a JSON array");
+        prop_assert_eq!(snapshot.len(), at_cut.rows() + 2);
+        let mut fresh = Materialized::new();
+        let mut live = at_cut.clone();
+        for (i, message) in snapshot.iter().enumerate() {
+            let bytes = message.to_string();
+            prop_assert!(fresh.apply(i as u64, bytes.as_bytes()).is_ok(), "{}", bytes);
+            prop_assert!(live.apply(i as u64, bytes.as_bytes()).is_ok());
+        }
+        prop_assert!(super::super::compact::is_own_snapshot(snapshot[0].to_string().as_bytes(), "users", 4096));
+        prop_assert!(!super::super::compact::is_own_snapshot(snapshot[0].to_string().as_bytes(), "users", 4095));
+        prop_assert!(!super::super::compact::is_own_snapshot(snapshot[0].to_string().as_bytes(), "other", 4096));
+        fold(&mut fresh, tail);
+        fold(&mut live, tail);
+        prop_assert_eq!(fresh.to_json(), whole.to_json());
+        prop_assert_eq!((fresh.rows(), fresh.bytes()), (whole.rows(), whole.bytes()));
+        prop_assert_eq!(live.to_json(), whole.to_json());
+    }
 }

@@ -8,6 +8,10 @@
 //! streams = "state/**"
 //! max_rows = 100000      # optional guards; past either the view is
 //! max_bytes = 67108864   # dropped and reads answer 507, never truncated
+//! compact_ratio = 10     # optional: compact a stream whose history is over
+//!                        # 10x its live state (absent: only on request)
+//! compact_min_bytes = 1048576  # never compact less history than this
+//! compact_interval = "60s"     # how often bound streams are checked
 //! ```
 //!
 //! Where the state lives: in the host's memory, one [`view`] per bound
@@ -20,10 +24,16 @@
 //! follower: nothing is folded for streams nobody reads). Compaction will
 //! keep that first fold cheap; the view exposes its rows and bytes for it.
 //!
+//! Compaction ([`compact`]): a snapshot of the live state is appended as
+//! one message group after exactly the state it was built from, and the
+//! stream's history before it is trimmed, so a new reader downloads the
+//! live state once instead of every version of every row.
+//!
 //! The kind's runner consumes no events: it exists so the processor is
 //! listed, shown and controlled like any other, with its lag; its reduction
 //! is empty. [`StateOperator`] adds the views to a host's operator.
 
+mod compact;
 pub mod fold;
 mod operator;
 mod view;
@@ -35,6 +45,7 @@ use ds_processor_host::{ProcessorSpec, Spec};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+pub use compact::{snapshot_messages, CompactionPass, CompactionSettings, MAX_SNAPSHOT_BYTES};
 pub use fold::{Malformed, MalformedReport, Materialized};
 pub use operator::StateOperator;
 pub use view::StateViews;
@@ -52,6 +63,7 @@ pub const DEFAULT_MAX_BYTES: u64 = 64 * 1024 * 1024;
 pub struct StateSettings {
     pub max_rows: usize,
     pub max_bytes: usize,
+    pub compaction: CompactionSettings,
 }
 
 /// The runner's reduction: nothing (the view is in memory, see module docs).
@@ -100,6 +112,20 @@ pub fn settings(mut def: ProcessorDef) -> Result<StateSettings, ConfigError> {
     }
     let max_rows = usize::try_from(max_rows).map_err(|_| def.options.invalid("max_rows", "too large"))?;
     let max_bytes = usize::try_from(max_bytes).map_err(|_| def.options.invalid("max_bytes", "too large"))?;
-    def.options.finish(&["max_rows", "max_bytes"])?;
-    Ok(StateSettings { max_rows, max_bytes })
+    let ratio = def.options.count("compact_ratio")?;
+    if ratio == Some(0) {
+        return Err(def
+            .options
+            .invalid("compact_ratio", "must be at least 1 (leave it out to compact only on request)"));
+    }
+    let min_bytes = def.options.count("compact_min_bytes")?.unwrap_or(compact::DEFAULT_MIN_BYTES);
+    let interval = match def.options.string("compact_interval")? {
+        None => compact::DEFAULT_INTERVAL,
+        Some(text) => ds_config::parse_duration(&text).ok().filter(|d| !d.is_zero()).ok_or_else(|| {
+            def.options.invalid("compact_interval", format!("{text:?} is not a duration like \"60s\""))
+        })?,
+    };
+    def.options.finish(&["max_rows", "max_bytes", "compact_ratio", "compact_min_bytes", "compact_interval"])?;
+    let compaction = CompactionSettings { ratio, min_bytes, interval };
+    Ok(StateSettings { max_rows, max_bytes, compaction })
 }

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use ds_core::{InlineControl, StreamService};
 use ds_processor_host::{
-    processed_stream, Control, OperatorError, ProcessorDetail, ProcessorOperator, ProcessorPage, ProcessorStatus,
-    StateAnswer, StateCursor, StateQuery,
+    processed_stream, CompactionReport, Control, OperatorError, ProcessorDetail, ProcessorOperator, ProcessorPage,
+    ProcessorStatus, StateAnswer, StateCursor, StateQuery,
 };
 use serde_json::{Map, Value};
 
@@ -85,6 +85,15 @@ impl ProcessorOperator for StateOperator {
         let view = self.views.current(slug, stream, &self.service).await?;
         let (state, next) = read(&view, slug, stream, query)?;
         Ok(StateAnswer { processor: slug.to_owned(), stream: stream.to_owned(), summary: view.status(), state, next })
+    }
+
+    async fn compact(&self, slug: &str, stream: &str) -> Result<CompactionReport, OperatorError> {
+        if self.views.binding(slug).is_none() {
+            // Unknown slug or stream: the inner operator's error says which.
+            self.inner.show(slug, stream).await?;
+            return Err(OperatorError::NotMaterialized { slug: slug.to_owned() });
+        }
+        self.views.compact(slug, stream, &self.service, true).await
     }
 }
 

@@ -10,6 +10,7 @@ use ds_processor_host::{processed_stream, MalformedAt, MaterializedStatus, Opera
 use ds_protocol::glob::Glob;
 use futures::lock::Mutex as AsyncMutex;
 
+use super::compact;
 use super::fold::Materialized;
 use super::{settings, StateSettings, KIND};
 use crate::config::{ConfigError, ProcessorsConfig};
@@ -33,6 +34,10 @@ pub(crate) struct View {
     pub(crate) fold: Materialized,
     /// Why the view was dropped (over `max_rows` / `max_bytes`).
     over_limit: Option<String>,
+    /// Where the newest snapshot this processor's compaction appended
+    /// starts, as folded: the trim that follows it is redone from here
+    /// after a crash between the two.
+    pub(crate) last_snapshot: Option<u64>,
 }
 
 impl View {
@@ -52,10 +57,32 @@ impl View {
         }
     }
 
+    /// The position the view has folded through.
+    pub(crate) fn through(&self) -> u64 {
+        self.through
+    }
+
+    pub(crate) fn incarnation(&self) -> &str {
+        &self.incarnation
+    }
+
+    /// The view holds the state (it was not dropped at its limits).
+    pub(crate) fn usable(&self, slug: &str, stream: &str) -> Result<(), OperatorError> {
+        match &self.over_limit {
+            Some(reason) => Err(OperatorError::StateLimit {
+                slug: slug.to_owned(),
+                stream: stream.to_owned(),
+                reason: reason.clone(),
+            }),
+            None => Ok(()),
+        }
+    }
+
     /// Folds what the stream holds past [`Self::through`].
-    async fn catch_up(
+    pub(crate) async fn catch_up(
         &mut self,
         service: &StreamService,
+        slug: &str,
         path: &str,
         settings: StateSettings,
     ) -> Result<(), OperatorError> {
@@ -83,6 +110,10 @@ impl View {
                 break;
             }
             for (position, data) in page.entries {
+                let start = position - data.len() as u64 - 1;
+                if compact::is_own_snapshot(&data, slug, start) {
+                    self.last_snapshot = Some(start);
+                }
                 // A malformed message is reported by the fold itself.
                 let _ = self.fold.apply(position, &data);
                 self.through = position;
@@ -141,6 +172,27 @@ impl StateViews {
         self.bindings.get(slug)
     }
 
+    /// The slugs of the `state` processors that compact by themselves,
+    /// with their pass interval.
+    pub fn compacting(&self) -> Vec<(String, std::time::Duration)> {
+        let auto = self.bindings.iter().filter(|(_, b)| b.settings.compaction.ratio.is_some());
+        auto.map(|(slug, b)| (slug.clone(), b.settings.compaction.interval)).collect()
+    }
+
+    /// `slug`'s settings, if it is a `state` processor bound to `stream`.
+    pub(crate) fn settings_for(&self, slug: &str, stream: &str) -> Result<StateSettings, OperatorError> {
+        let binding =
+            self.bindings.get(slug).ok_or_else(|| OperatorError::NotMaterialized { slug: slug.to_owned() })?;
+        if !binding.pattern.matches(stream) {
+            return Err(OperatorError::NotRegistered {
+                slug: slug.to_owned(),
+                stream: stream.to_owned(),
+                pattern: binding.pattern.to_string(),
+            });
+        }
+        Ok(binding.settings)
+    }
+
     /// The view of `slug` on `stream`, caught up with the stream's tail;
     /// the caller reads it while holding the returned guard.
     pub(crate) async fn current(
@@ -157,7 +209,7 @@ impl StateViews {
             Arc::clone(views.entry((slug.to_owned(), stream.to_owned())).or_default())
         };
         let mut guard = view.lock_owned().await;
-        if let Err(e) = guard.catch_up(service, stream, binding.settings).await {
+        if let Err(e) = guard.catch_up(service, slug, stream, binding.settings).await {
             if matches!(e, OperatorError::StreamNotFound { .. }) {
                 // A deleted stream's view would otherwise stay until restart.
                 let mut views = self.views.lock().unwrap_or_else(PoisonError::into_inner);
@@ -165,13 +217,7 @@ impl StateViews {
             }
             return Err(e);
         }
-        if let Some(reason) = &guard.over_limit {
-            return Err(OperatorError::StateLimit {
-                slug: slug.to_owned(),
-                stream: stream.to_owned(),
-                reason: reason.clone(),
-            });
-        }
+        guard.usable(slug, stream)?;
         Ok(guard)
     }
 

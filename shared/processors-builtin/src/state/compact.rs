@@ -1,0 +1,298 @@
+//! Compaction of State Protocol streams: a snapshot of the live state is
+//! appended (`snapshot-start`, one `insert` per live row in (type, key)
+//! order, `snapshot-end`, as ONE append), then the stream's history before
+//! the snapshot is trimmed. A reader from `offset=-1` then downloads the
+//! live state once, plus what followed it.
+//!
+//! # Why no row is lost
+//! The snapshot is the state folded through position `T`, and it is
+//! appended with `expect_tail = T`: it lands at `T` exactly, or, when
+//! anything else was appended meanwhile (a change between the fold and the
+//! append, one still in flight ahead of it), is refused whole with
+//! `TailMoved`, writes nothing, and is rebuilt from the caught-up view.
+//! So the stream reads: history up to `T`, the snapshot (= the fold of that
+//! history), everything after. Trimming at `T` drops only history the
+//! snapshot restates, and for any reader starting at `T`
+//! `fold(snapshot ++ rest) = fold(history ++ rest)`, because folding
+//! continues from equal states (a fresh reader's empty state plus the
+//! snapshot's inserts equals the history's fold; `snapshot-start` clears
+//! nothing, so a live reader holding the state at `T` re-inserts equal rows).
+//!
+//! # Exactly once across crashes
+//! A snapshot is appended once per compaction: the append carries the
+//! idempotency key `state-compaction/{slug}/{T}` (a dedupe record written in
+//! the same commit), and the tail condition alone already forbids a second
+//! snapshot at `T`. The trim is the second step: the snapshot's first
+//! message names its own position (`offset`) and the processor
+//! (`compactedBy`), so after a crash between append and trim, the next
+//! compaction's fold finds it and trims there first. Both steps are
+//! idempotent; a crash anywhere leaves either the old history, or the old
+//! history plus a snapshot (still a correct stream: the snapshot restates
+//! what precedes it), or the trimmed stream.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use ds_core::{AppendOutcome, AppendRequest, ServiceError, StreamService};
+use ds_processor_host::{processed_stream, CompactionOutcome, CompactionReport, OperatorError};
+use ds_protocol::Offset;
+use serde_json::{json, Value};
+
+use super::fold::Materialized;
+use super::view::{StateViews, View};
+
+/// Defaults of `compact_min_bytes` and `compact_interval`.
+pub const DEFAULT_MIN_BYTES: u64 = 1024 * 1024;
+pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(60);
+/// The largest snapshot: the server's default largest append, so a snapshot
+/// is never an append no client could have written.
+pub const MAX_SNAPSHOT_BYTES: usize = 16 * 1024 * 1024;
+/// Snapshots refused by a moving tail before a compaction gives up (the
+/// next pass tries again).
+const ATTEMPTS: u32 = 16;
+/// Streams listed per page by a background pass.
+const LIST_PAGE: usize = 500;
+
+/// When a `state` processor compacts its streams by itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CompactionSettings {
+    /// Compact when the history is over `ratio` times the live state's
+    /// size; `None`: only when an operator asks.
+    pub ratio: Option<u64>,
+    /// Never compact a history smaller than this.
+    pub min_bytes: u64,
+    /// How often a background pass checks the bound streams.
+    pub interval: Duration,
+}
+
+/// The snapshot of `fold` as the body of one JSON append: `snapshot-start`
+/// (naming its own position `at` and the processor), an insert per live
+/// row, `snapshot-end`.
+pub fn snapshot_messages(fold: &Materialized, slug: &str, at: u64) -> Vec<u8> {
+    let offset = Offset(at).to_string();
+    let mut out = Vec::with_capacity(fold.bytes() + fold.rows() * 64 + 256);
+    out.push(b'[');
+    let start = json!({"headers": {"control": "snapshot-start", "offset": offset, "compactedBy": slug}});
+    serde_json::to_writer(&mut out, &start).expect("JSON to memory");
+    for (entity_type, _) in fold.types() {
+        for (key, value) in fold.rows_after(entity_type, None) {
+            out.push(b',');
+            let insert = json!({"type": entity_type, "key": key, "value": value, "headers": {"operation": "insert"}});
+            serde_json::to_writer(&mut out, &insert).expect("JSON to memory");
+        }
+    }
+    out.push(b',');
+    let end = json!({"headers": {"control": "snapshot-end", "offset": offset, "compactedBy": slug}});
+    serde_json::to_writer(&mut out, &end).expect("JSON to memory");
+    out.push(b']');
+    out
+}
+
+/// Whether the message `data`, starting at position `start`, opens a
+/// snapshot this processor appended (see the module docs).
+pub(crate) fn is_own_snapshot(data: &[u8], slug: &str, start: u64) -> bool {
+    // Cheap refusals first: this runs on every folded message.
+    const NEEDLE: &[u8] = b"snapshot-start";
+    if data.len() > 1024 || !data.windows(NEEDLE.len()).any(|w| w == NEEDLE) {
+        return false;
+    }
+    let Ok(message) = serde_json::from_slice::<Value>(data) else { return false };
+    let headers = &message["headers"];
+    headers["control"] == "snapshot-start"
+        && headers["compactedBy"] == slug
+        && headers["offset"].as_str() == Some(Offset(start).to_string().as_str())
+}
+
+impl StateViews {
+    /// Compacts `slug`'s stream `stream` if its history is over the
+    /// configured multiple of its live state (`force`: whatever the sizes).
+    /// Finishes first an earlier compaction whose trim a crash interrupted.
+    pub async fn compact(
+        &self,
+        slug: &str,
+        stream: &str,
+        service: &StreamService,
+        force: bool,
+    ) -> Result<CompactionReport, OperatorError> {
+        let settings = self.settings_for(slug, stream)?;
+        let mut view = self.current(slug, stream, service).await?;
+        let meta = processed_stream(service, stream).await?;
+        let history_before = meta.tail - meta.retained_from;
+        let mut report = CompactionReport {
+            processor: slug.to_owned(),
+            stream: stream.to_owned(),
+            outcome: CompactionOutcome::NotNeeded,
+            snapshot_at: None,
+            snapshot_bytes: None,
+            rows: view.fold.rows() as u64,
+            live_bytes: view.fold.bytes() as u64,
+            history_before,
+            history_after: history_before,
+            earliest_offset: meta.retained_from,
+            attempts: 0,
+        };
+        let mut retained_from = meta.retained_from;
+        if let Some(at) = view.last_snapshot.filter(|at| *at > retained_from) {
+            retained_from = trim(service, stream, view.incarnation(), at).await?;
+            report.outcome = CompactionOutcome::Resumed;
+            report.snapshot_at = Some(at);
+        }
+        let history = meta.tail - retained_from;
+        let due = settings.compaction.ratio.is_some_and(|ratio| {
+            history >= settings.compaction.min_bytes && history > ratio.saturating_mul(report.live_bytes.max(1))
+        });
+        if force || due {
+            let (at, bytes, attempts) = append_snapshot(&mut view, slug, stream, service, settings).await?;
+            retained_from = trim(service, stream, view.incarnation(), at).await?;
+            report.outcome = CompactionOutcome::Compacted;
+            report.snapshot_at = Some(at);
+            report.snapshot_bytes = Some(bytes);
+            report.attempts = attempts;
+            report.rows = view.fold.rows() as u64;
+            report.live_bytes = view.fold.bytes() as u64;
+        }
+        // Fold the snapshot too: the view's status shows where it stands.
+        view.catch_up(service, slug, stream, settings).await?;
+        view.usable(slug, stream)?;
+        report.earliest_offset = retained_from;
+        report.history_after = view.through().max(retained_from) - retained_from;
+        Ok(report)
+    }
+
+    /// One background pass over `slug`'s streams: each whose history is
+    /// past `compact_min_bytes` is compacted if due. Failures are logged and
+    /// retried on the next pass.
+    pub async fn compaction_pass(&self, slug: &str, service: &StreamService) -> CompactionPass {
+        let mut pass = CompactionPass::default();
+        let Some(binding) = self.binding(slug) else { return pass };
+        let (pattern, min_bytes) = (binding.pattern.clone(), binding.settings.compaction.min_bytes);
+        let prefix = pattern.literal_prefix();
+        let mut after: Option<String> = None;
+        loop {
+            let store = &service.substrate().store;
+            let page = match store.list_streams_with_prefix(&prefix, after.as_deref(), LIST_PAGE).await {
+                Ok(page) => page,
+                Err(e) => {
+                    tracing::warn!(processor = slug, error = %e, "state compaction: listing streams failed");
+                    pass.failed += 1;
+                    return pass;
+                }
+            };
+            let Some(last) = page.last() else { return pass };
+            after = Some(last.path.to_string());
+            for meta in page.iter().filter(|m| pattern.matches(&m.path)) {
+                if meta.tail - meta.retained_from < min_bytes {
+                    continue;
+                }
+                pass.examined += 1;
+                match self.compact(slug, &meta.path, service, false).await {
+                    Ok(report) if report.outcome == CompactionOutcome::NotNeeded => {}
+                    Ok(report) => {
+                        tracing::info!(
+                            processor = slug,
+                            stream = %meta.path,
+                            outcome = ?report.outcome,
+                            snapshot_at = report.snapshot_at,
+                            history_before = report.history_before,
+                            history_after = report.history_after,
+                            "state compaction"
+                        );
+                        pass.compacted += 1;
+                    }
+                    Err(OperatorError::StreamNotFound { .. } | OperatorError::NotJson { .. }) => {}
+                    Err(e) => {
+                        tracing::warn!(processor = slug, stream = %meta.path, error = %e, "state compaction failed");
+                        pass.failed += 1;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// What a background pass did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CompactionPass {
+    /// Streams with enough history to be checked.
+    pub examined: usize,
+    pub compacted: usize,
+    pub failed: usize,
+}
+
+/// Appends the snapshot of `view` right after the state it holds; a moving
+/// tail refuses it and it is rebuilt from the caught-up view. Returns where
+/// it starts, its size, and the attempts it took.
+async fn append_snapshot(
+    view: &mut View,
+    slug: &str,
+    stream: &str,
+    service: &StreamService,
+    settings: super::StateSettings,
+) -> Result<(u64, u64, u32), OperatorError> {
+    let content_type = processed_stream(service, stream).await?.content_type;
+    for attempt in 1..=ATTEMPTS {
+        let at = view.through();
+        let body = snapshot_messages(&view.fold, slug, at);
+        if body.len() > MAX_SNAPSHOT_BYTES {
+            return Err(OperatorError::StateLimit {
+                slug: slug.to_owned(),
+                stream: stream.to_owned(),
+                reason: format!(
+                    "the snapshot would be {} bytes, over the largest append a snapshot may be ({MAX_SNAPSHOT_BYTES})",
+                    body.len()
+                ),
+            });
+        }
+        let bytes = body.len() as u64;
+        let request = AppendRequest {
+            path: stream.into(),
+            content_type: Some(content_type.to_string().into()),
+            body: Bytes::from(body),
+            close: false,
+            seq: None,
+            producer: None,
+            dedupe_key: Some(format!("state-compaction/{slug}/{at}")),
+            incarnation: Some(view.incarnation().to_owned()),
+            expect_tail: Some(at),
+            trace_context: None,
+        };
+        match service.append(request).await {
+            Ok(AppendOutcome::Appended { start, .. }) => {
+                debug_assert_eq!(start, at, "a conditional append lands where it said");
+                return Ok((at, bytes, attempt));
+            }
+            // Appended before (an answer lost on the way): it is at `at`.
+            Ok(AppendOutcome::AlreadyAppended { .. }) => return Ok((at, bytes, attempt)),
+            Ok(other) => {
+                return Err(OperatorError::Unavailable(format!("compaction: unexpected append outcome {other:?}")))
+            }
+            Err(ServiceError::TailMoved { .. }) => {
+                view.catch_up(service, slug, stream, settings).await?;
+                // A view dropped at its limits holds no state to snapshot.
+                view.usable(slug, stream)?;
+            }
+            Err(ServiceError::NotFound | ServiceError::Gone | ServiceError::Expired(_)) => {
+                return Err(OperatorError::StreamNotFound { stream: stream.to_owned() })
+            }
+            Err(e @ (ServiceError::StreamClosed { .. } | ServiceError::IncarnationChanged { .. })) => {
+                return Err(OperatorError::Conflict(format!("compaction of {stream:?}: {e}")))
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(OperatorError::Unavailable(format!(
+        "compaction of {stream:?}: the tail moved under {ATTEMPTS} snapshots in a row; the next pass tries again"
+    )))
+}
+
+/// Trims the stream's life `incarnation` at `at`; returns its earliest
+/// retained position after.
+async fn trim(service: &StreamService, stream: &str, incarnation: &str, at: u64) -> Result<u64, OperatorError> {
+    match service.trim_incarnation(stream, incarnation, at).await {
+        Ok(out) => Ok(out.retained_from),
+        Err(ServiceError::NotFound | ServiceError::Gone | ServiceError::Expired(_)) => {
+            Err(OperatorError::StreamNotFound { stream: stream.to_owned() })
+        }
+        Err(e) => Err(e.into()),
+    }
+}
