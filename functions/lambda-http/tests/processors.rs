@@ -196,3 +196,73 @@ async fn the_function_runs_inline_processors_on_its_appends() {
     let (_, schema) = call("GET", format!("/v1/processors/order-schema/streams/{stream}"), String::new()).await;
     assert_eq!(schema["inline"]["rejections"], 1, "{schema}");
 }
+
+const STATE: &str = r#"
+[[processor]]
+kind = "state"
+slug = "users"
+streams = "state/*"
+"#;
+
+async fn call<H>(handler: H, method: &str, target: String, body: String) -> (u16, Value)
+where
+    H: tower::Service<
+        lambda_http::Request,
+        Response = lambda_http_fn::LambdaResponse,
+        Error = std::convert::Infallible,
+    >,
+{
+    let resp = handler.oneshot(event(method, &target, &body).into()).await.unwrap();
+    let status = resp.status().as_u16();
+    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+    (status, serde_json::from_slice::<Value>(&bytes).unwrap_or(Value::Null))
+}
+
+/// The `state` kind in the function over the AWS substrate: the live state
+/// read, a compaction on request (the snapshot lands at the tail, the
+/// history before it answers 410), and another instance (its own, empty
+/// views) folding the same state from the compacted stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_function_serves_and_compacts_state_views() {
+    let Some(factory) = AwsFactory::new("the_function_serves_and_compacts_state_views").await else { return };
+    let instance = || async {
+        let service = StreamService::new(factory.aws().substrate(), ServiceConfig::default());
+        let env: HashMap<&str, String> = HashMap::from([("DS_PROCESSORS_TOML", STATE.to_owned())]);
+        let settings = ds_config::Settings::new(move |k: &str| env.get(k).cloned());
+        let mut ops = lambda_http_fn::operations(&settings).unwrap();
+        ops.processors = lambda_http_fn::processors(&settings, &service).await.unwrap();
+        let router = ds_http::router_with(service, lambda_http_fn::http_config_from_env().unwrap(), ops);
+        lambda_http_fn::handler(router)
+    };
+    let (first, second) = (instance().await, instance().await);
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
+    let stream = format!("state/s{nanos}");
+    assert_eq!(call(first.clone(), "PUT", format!("/v1/stream/{stream}"), String::new()).await.0, 201);
+    let upserts: Vec<Value> = (0..60)
+        .map(|i| json!({"type": "user", "key": format!("u{}", i % 5), "value": {"v": i}, "headers": {"operation": "upsert"}}))
+        .collect();
+    let body = Value::Array(upserts).to_string();
+    assert_eq!(call(first.clone(), "POST", format!("/v1/stream/{stream}"), body).await.0, 204);
+    let expected =
+        json!({"user": {"u0": {"v": 55}, "u1": {"v": 56}, "u2": {"v": 57}, "u3": {"v": 58}, "u4": {"v": 59}}});
+    let (status, read) =
+        call(first.clone(), "GET", format!("/v1/processors/users/state/{stream}"), String::new()).await;
+    assert_eq!((status, read["state"].clone()), (200, expected.clone()), "{read}");
+
+    let (status, report) =
+        call(first.clone(), "POST", format!("/v1/processors/users/compact/{stream}"), "{}".into()).await;
+    assert_eq!(status, 200, "{report}");
+    assert_eq!(report["outcome"], "compacted", "{report}");
+    assert_eq!(report["rows"], 5);
+    let at = report["snapshotAt"].as_u64().unwrap();
+    assert_eq!(report["earliestOffset"], at);
+    let (status, gone) = call(first.clone(), "GET", format!("/v1/stream/{stream}?offset=-1"), String::new()).await;
+    assert_eq!(status, 200);
+    let messages = gone.as_array().unwrap();
+    assert_eq!((messages.len(), messages[0]["headers"]["control"].clone()), (7, json!("snapshot-start")));
+    let zero = "0000000000000000_0000000000000000";
+    assert_eq!(call(first.clone(), "GET", format!("/v1/stream/{stream}?offset={zero}"), String::new()).await.0, 410);
+    let (status, read) = call(second, "GET", format!("/v1/processors/users/state/{stream}"), String::new()).await;
+    assert_eq!((status, read["state"].clone()), (200, expected), "{read}");
+    assert_eq!(read["summary"]["foldedFrom"], at, "the other instance folded only the snapshot and after");
+}

@@ -274,3 +274,34 @@ fn append_request(path: &str, body: String) -> AppendRequest<'static> {
         trace_context: None,
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pass_stopped_by_its_deadline_resumes_where_it_stopped() {
+    let f = fixture(ds_store_memory::memory_substrate().0).await;
+    let app = &f.app;
+    for i in 0..3 {
+        let path = format!("state/d{i}");
+        app.create_json(&path).await;
+        app.append(&path, &(0..200).map(|v| upsert(v % 2, v)).collect::<Vec<_>>()).await;
+    }
+    // A deadline already past: each pass examines one stream and stops.
+    let past = Some(std::time::Instant::now());
+    for round in 1..=3 {
+        let pass = f.views.compaction_pass_until("users", &app.service, past).await;
+        // The third reaches the end of the listing after its one stream.
+        assert_eq!((pass.examined, pass.compacted, pass.complete), (1, 1, round == 3), "{pass:?}");
+        let mut trimmed = 0;
+        for i in 0..3 {
+            trimmed += usize::from(app.service.head(&format!("state/d{i}")).await.unwrap().retained_from > 0);
+        }
+        assert_eq!(trimmed, round, "each pass went on after the last stream examined");
+    }
+    let last = f.views.compaction_pass_until("users", &app.service, past).await;
+    assert!(last.complete && last.compacted == 0, "{last:?}");
+    let summary = f.views.scheduled_passes(&app.service, None).await;
+    assert_eq!(summary["compaction"]["users"]["complete"], true, "{summary}");
+    assert_eq!(summary["compaction"]["users"]["compacted"], 0, "{summary}");
+    for i in 0..3 {
+        assert!(app.service.head(&format!("state/d{i}")).await.unwrap().retained_from > 0, "state/d{i}");
+    }
+}

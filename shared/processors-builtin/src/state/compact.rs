@@ -30,7 +30,7 @@
 //! history plus a snapshot (still a correct stream: the snapshot restates
 //! what precedes it), or the trimmed stream.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use ds_core::{AppendOutcome, AppendRequest, ServiceError, StreamService};
@@ -163,11 +163,24 @@ impl StateViews {
     /// past `compact_min_bytes` is compacted if due. Failures are logged and
     /// retried on the next pass.
     pub async fn compaction_pass(&self, slug: &str, service: &StreamService) -> CompactionPass {
+        self.compaction_pass_until(slug, service, None).await
+    }
+
+    /// [`Self::compaction_pass`] that stops at `deadline` (after at least
+    /// one stream, so passes progress): the next pass resumes after the
+    /// last stream this one examined (a host whose passes run under a time
+    /// limit, a Lambda invocation, covers every stream over several).
+    pub async fn compaction_pass_until(
+        &self,
+        slug: &str,
+        service: &StreamService,
+        deadline: Option<Instant>,
+    ) -> CompactionPass {
         let mut pass = CompactionPass::default();
         let Some(binding) = self.binding(slug) else { return pass };
         let (pattern, min_bytes) = (binding.pattern.clone(), binding.settings.compaction.min_bytes);
         let prefix = pattern.literal_prefix();
-        let mut after: Option<String> = None;
+        let mut after = self.resume_after(slug, None);
         loop {
             let store = &service.substrate().store;
             let page = match store.list_streams_with_prefix(&prefix, after.as_deref(), LIST_PAGE).await {
@@ -178,36 +191,68 @@ impl StateViews {
                     return pass;
                 }
             };
-            let Some(last) = page.last() else { return pass };
-            after = Some(last.path.to_string());
-            for meta in page.iter().filter(|m| pattern.matches(&m.path)) {
-                if meta.tail - meta.retained_from < min_bytes {
+            if page.is_empty() {
+                pass.complete = true;
+                return pass;
+            }
+            for meta in page.iter() {
+                if pass.examined > 0 && deadline.is_some_and(|d| Instant::now() >= d) {
+                    self.resume_after(slug, after);
+                    return pass;
+                }
+                after = Some(meta.path.to_string());
+                if !pattern.matches(&meta.path) || meta.tail - meta.retained_from < min_bytes {
                     continue;
                 }
                 pass.examined += 1;
-                match self.compact(slug, &meta.path, service, false).await {
-                    Ok(report) if report.outcome == CompactionOutcome::NotNeeded => {}
-                    Ok(report) => {
-                        tracing::info!(
-                            processor = slug,
-                            stream = %meta.path,
-                            outcome = ?report.outcome,
-                            snapshot_at = report.snapshot_at,
-                            history_before = report.history_before,
-                            history_after = report.history_after,
-                            "state compaction"
-                        );
-                        pass.compacted += 1;
-                    }
-                    Err(OperatorError::StreamNotFound { .. } | OperatorError::NotJson { .. }) => {}
-                    Err(e) => {
-                        tracing::warn!(processor = slug, stream = %meta.path, error = %e, "state compaction failed");
-                        pass.failed += 1;
-                    }
-                }
+                self.compact_in_pass(slug, &meta.path, service, &mut pass).await;
             }
         }
     }
+
+    async fn compact_in_pass(&self, slug: &str, stream: &str, service: &StreamService, pass: &mut CompactionPass) {
+        match self.compact(slug, stream, service, false).await {
+            Ok(report) if report.outcome == CompactionOutcome::NotNeeded => {}
+            Ok(report) => {
+                tracing::info!(
+                    processor = slug,
+                    stream,
+                    outcome = ?report.outcome,
+                    snapshot_at = report.snapshot_at,
+                    history_before = report.history_before,
+                    history_after = report.history_after,
+                    "state compaction"
+                );
+                pass.compacted += 1;
+            }
+            Err(OperatorError::StreamNotFound { .. } | OperatorError::NotJson { .. }) => {}
+            Err(e) => {
+                tracing::warn!(processor = slug, stream, error = %e, "state compaction failed");
+                pass.failed += 1;
+            }
+        }
+    }
+
+    /// A pass of every `state` processor that compacts by itself, under one
+    /// deadline (the scheduled pass of a host without background tasks).
+    pub async fn scheduled_passes(&self, service: &StreamService, deadline: Option<Instant>) -> Value {
+        let mut passes = serde_json::Map::new();
+        for (slug, _) in self.compacting() {
+            let pass = self.compaction_pass_until(&slug, service, deadline).await;
+            tracing::info!(processor = %slug, ?pass, "state compaction pass");
+            let summary = json!({
+                "examined": pass.examined, "compacted": pass.compacted, "failed": pass.failed, "complete": pass.complete
+            });
+            passes.insert(slug, summary);
+        }
+        json!({ "compaction": passes })
+    }
+}
+
+/// Whether a scheduled invocation's `event` asks for compaction passes
+/// (`{"compaction": "pass"}`, template.yaml `CompactionSchedule`).
+pub fn is_compaction_event(event: &Value) -> bool {
+    event.get("compaction").is_some()
 }
 
 /// What a background pass did.
@@ -217,6 +262,9 @@ pub struct CompactionPass {
     pub examined: usize,
     pub compacted: usize,
     pub failed: usize,
+    /// The pass reached the end of the listing (`false`: stopped by its
+    /// deadline; the next pass resumes).
+    pub complete: bool,
 }
 
 /// Appends the snapshot of `view` right after the state it holds; a moving

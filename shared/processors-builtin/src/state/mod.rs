@@ -45,7 +45,7 @@ use ds_processor_host::{ProcessorSpec, Spec};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-pub use compact::{snapshot_messages, CompactionPass, CompactionSettings, MAX_SNAPSHOT_BYTES};
+pub use compact::{is_compaction_event, snapshot_messages, CompactionPass, CompactionSettings, MAX_SNAPSHOT_BYTES};
 pub use fold::{Malformed, MalformedReport, Materialized};
 pub use operator::StateOperator;
 pub use view::StateViews;

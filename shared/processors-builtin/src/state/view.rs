@@ -150,6 +150,8 @@ type ViewMap = HashMap<(String, String), Arc<AsyncMutex<View>>>;
 pub struct StateViews {
     bindings: BTreeMap<String, Binding>,
     views: Mutex<ViewMap>,
+    /// Per processor, the stream a compaction pass stopped after.
+    resume: Mutex<HashMap<String, String>>,
 }
 
 impl StateViews {
@@ -161,7 +163,7 @@ impl StateViews {
             let settings = settings(def.clone())?;
             bindings.insert(def.slug.clone(), Binding { pattern, settings });
         }
-        Ok(Self { bindings, views: Mutex::default() })
+        Ok(Self { bindings, views: Mutex::default(), resume: Mutex::default() })
     }
 
     pub fn is_empty(&self) -> bool {
@@ -177,6 +179,15 @@ impl StateViews {
     pub fn compacting(&self) -> Vec<(String, std::time::Duration)> {
         let auto = self.bindings.iter().filter(|(_, b)| b.settings.compaction.ratio.is_some());
         auto.map(|(slug, b)| (slug.clone(), b.settings.compaction.interval)).collect()
+    }
+
+    /// Takes where `slug`'s last pass stopped and leaves `next` in its place.
+    pub(crate) fn resume_after(&self, slug: &str, next: Option<String>) -> Option<String> {
+        let mut resume = self.resume.lock().unwrap_or_else(PoisonError::into_inner);
+        match next {
+            Some(next) => resume.insert(slug.to_owned(), next),
+            None => resume.remove(slug),
+        }
     }
 
     /// `slug`'s settings, if it is a `state` processor bound to `stream`.
