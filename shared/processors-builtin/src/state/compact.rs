@@ -19,10 +19,13 @@
 //! nothing, so a live reader holding the state at `T` re-inserts equal rows).
 //!
 //! # Exactly once across crashes
-//! A snapshot is appended once per compaction: the append carries the
-//! idempotency key `state-compaction/{slug}/{T}` (a dedupe record written in
-//! the same commit), and the tail condition alone already forbids a second
-//! snapshot at `T`. The trim is the second step: the snapshot's first
+//! A snapshot is appended once per compaction: it is an idempotent-producer
+//! append (producer `state-compaction/{slug}`, epoch `T`, seq 0), so a retry
+//! of one that landed answers `Duplicate` and writes nothing, and a stale
+//! compaction (another host's, at an older `T`) is fenced (`StaleEpoch`);
+//! the tail condition alone already forbids a second snapshot at `T`. One
+//! producer state per stream and processor: nothing piles up per
+//! compaction, as one idempotency record per snapshot would. The trim is the second step: the snapshot's first
 //! message names its own position (`offset`) and the processor
 //! (`compactedBy`), so after a crash between append and trim, the next
 //! compaction's fold finds it and trims there first. Both steps are
@@ -35,6 +38,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use ds_core::{AppendOutcome, AppendRequest, ServiceError, StreamService};
 use ds_processor_host::{processed_stream, CompactionOutcome, CompactionReport, OperatorError};
+use ds_protocol::headers::ProducerHeaders;
 use ds_protocol::Offset;
 use serde_json::{json, Value};
 
@@ -298,8 +302,8 @@ async fn append_snapshot(
             body: Bytes::from(body),
             close: false,
             seq: None,
-            producer: None,
-            dedupe_key: Some(format!("state-compaction/{slug}/{at}")),
+            producer: Some(ProducerHeaders { id: format!("state-compaction/{slug}"), epoch: at, seq: 0 }),
+            dedupe_key: None,
             incarnation: Some(view.incarnation().to_owned()),
             expect_tail: Some(at),
             trace_context: None,
@@ -309,8 +313,10 @@ async fn append_snapshot(
                 debug_assert_eq!(start, at, "a conditional append lands where it said");
                 return Ok((at, bytes, attempt));
             }
-            // Appended before (an answer lost on the way): it is at `at`.
-            Ok(AppendOutcome::AlreadyAppended { .. }) => return Ok((at, bytes, attempt)),
+            // Appended before (an answer lost on the way, or another host's
+            // compaction at the same state): epoch `at` is only ever used
+            // by a snapshot conditional on the tail `at`, so it is at `at`.
+            Ok(AppendOutcome::Duplicate { .. }) => return Ok((at, bytes, attempt)),
             Ok(other) => {
                 return Err(OperatorError::Unavailable(format!("compaction: unexpected append outcome {other:?}")))
             }
@@ -321,6 +327,10 @@ async fn append_snapshot(
             }
             Err(ServiceError::NotFound | ServiceError::Gone | ServiceError::Expired(_)) => {
                 return Err(OperatorError::StreamNotFound { stream: stream.to_owned() })
+            }
+            // Another host's compaction landed a later snapshot meanwhile.
+            Err(e @ ServiceError::StaleEpoch { .. }) => {
+                return Err(OperatorError::Unavailable(format!("compaction of {stream:?}: {e}; read again")))
             }
             Err(e @ (ServiceError::StreamClosed { .. } | ServiceError::IncarnationChanged { .. })) => {
                 return Err(OperatorError::Conflict(format!("compaction of {stream:?}: {e}")))
