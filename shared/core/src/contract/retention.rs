@@ -103,6 +103,15 @@ pub async fn retention_trim_and_reads(f: &dyn SubstrateFactory) {
     let after = read_at(&svc, &path, at(b[6])).await.expect("read after the earliest");
     assert_eq!(after.body, before.body, "what is retained reads as before");
     assert_eq!(after.next, before.next);
+    // Processors read the journal: the same boundary, whether or not the
+    // store has reclaimed the bytes yet.
+    let incarnation = svc.head(&path).await.expect("head").incarnation.to_string();
+    match svc.read_journal(&path, &incarnation, b[3], 1 << 20).await {
+        Err(ServiceError::NotRetained { earliest }) => assert_eq!(earliest, b[4], "a journal read before the earliest"),
+        other => panic!("a journal read before the earliest: expected NotRetained, got {other:?}"),
+    }
+    let journal = svc.read_journal(&path, &incarnation, b[4], 1 << 20).await.expect("a journal read at the earliest");
+    assert_eq!(journal.entries.first().map(|(position, _)| *position), Some(b[5]));
 
     let again = svc.trim(&path, b[4] + 3).await.expect("the same trim again");
     assert_eq!((again.retained_from, again.raised), (b[4], false), "idempotent");

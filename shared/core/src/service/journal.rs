@@ -27,7 +27,9 @@ impl StreamService {
     /// Messages of the JSON stream at `path` with positions greater than
     /// `after`, up to about `max_bytes`, only while the stream is still
     /// `incarnation`: a re-created stream answers
-    /// [`ServiceError::IncarnationChanged`] and none of its data.
+    /// [`ServiceError::IncarnationChanged`] and none of its data, and a read
+    /// from before the earliest retained position
+    /// [`ServiceError::NotRetained`].
     pub async fn read_journal(
         &self,
         path: &str,
@@ -45,6 +47,13 @@ impl StreamService {
         }
         if !is_json(&meta.content_type) {
             return Err(ServiceError::BadRequest(format!("{path} is not a JSON stream")));
+        }
+        // Like an HTTP read: what retention dropped is gone, whether or not
+        // the store has reclaimed its bytes yet (a consumer must not see
+        // events or not depending on when a reclaim ran).
+        let earliest = self.earliest(&meta).await?;
+        if after < earliest {
+            return Err(ServiceError::NotRetained { earliest });
         }
         let entries = self.journal_entries(&stream, &meta, after, max_bytes).await?;
         Ok(JournalPage { entries, tail: meta.tail, closed: meta.closed })

@@ -87,13 +87,15 @@ impl View {
         settings: StateSettings,
     ) -> Result<(), OperatorError> {
         let meta = processed_stream(service, path).await?;
+        // A fork's history starts where its source lineage's does.
+        let earliest = service.earliest(&meta).await?;
         if *meta.incarnation != *self.incarnation {
             // A new stream at the path (or the first read): start over.
-            *self = Self::fresh(&meta.incarnation, meta.retained_from);
-        } else if self.through < meta.retained_from {
+            *self = Self::fresh(&meta.incarnation, earliest);
+        } else if self.through < earliest {
             // Retention dropped messages this view never folded: the state
             // from before them cannot be known, so fold what remains.
-            *self = Self::fresh(&meta.incarnation, meta.retained_from);
+            *self = Self::fresh(&meta.incarnation, earliest);
         }
         while self.over_limit.is_none() && self.through < meta.tail {
             let page = match service.read_journal(path, &self.incarnation, self.through, READ_BYTES).await {
@@ -103,6 +105,11 @@ impl View {
                 }
                 Err(ServiceError::IncarnationChanged { .. }) => {
                     return Err(OperatorError::Unavailable(format!("stream {path:?} was re-created; read again")))
+                }
+                // Trimmed past this fold meanwhile: fold what remains.
+                Err(ServiceError::NotRetained { earliest }) => {
+                    *self = Self::fresh(&self.incarnation, earliest);
+                    continue;
                 }
                 Err(e) => return Err(e.into()),
             };
