@@ -256,6 +256,8 @@ impl From<ds_processor::RunnerError> for ApiError {
             }
             R::Drained => Self::new(StatusCode::SERVICE_UNAVAILABLE, "SHUTTING_DOWN", msg),
             R::Journal(J::Unavailable(_)) | R::Progress(P::Unavailable(_)) | R::Recovery(_) => unavailable(msg),
+            // An operator must decide (the events are gone): retrying alone will not help.
+            R::Journal(J::NotRetained { .. }) => Self::new(StatusCode::GONE, "OFFSET_NOT_RETAINED", msg),
             R::Progress(P::TooLarge(_)) | R::Contract(_) | R::StateCodec(_) => {
                 tracing::error!(error = %msg, "processor failure");
                 Self::new(StatusCode::INTERNAL_SERVER_ERROR, "PROCESSOR_FAILURE", msg)

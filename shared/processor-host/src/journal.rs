@@ -54,6 +54,7 @@ pub(crate) fn journal_error(e: ServiceError, bound: &StreamIncarnation) -> Journ
         ServiceError::NotFound | ServiceError::Gone | ServiceError::Expired(_) => {
             JournalError::IncarnationChanged { expected: bound.clone(), current: None }
         }
+        ServiceError::NotRetained { earliest } => JournalError::NotRetained { earliest },
         other => JournalError::Unavailable(other.to_string()),
     }
 }

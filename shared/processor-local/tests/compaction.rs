@@ -305,3 +305,32 @@ async fn a_pass_stopped_by_its_deadline_resumes_where_it_stopped() {
         assert!(app.service.head(&format!("state/d{i}")).await.unwrap().retained_from > 0, "state/d{i}");
     }
 }
+
+/// The kind's own runner (it consumes no events) is not stopped by a trim of
+/// history it had not read yet: it goes on from the earliest offset.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_kinds_own_runner_goes_on_past_a_trim_it_had_not_read() {
+    let substrate = ds_store_memory::memory_substrate().0;
+    // Written and compacted before any host runs: the runner starts at 0.
+    let plain = StreamService::new(substrate.clone(), ServiceConfig::default());
+    let create = ds_core::CreateRequest {
+        path: "state/late".into(),
+        content_type: Some("application/json".into()),
+        lifetime: Default::default(),
+        closed: false,
+        body: Default::default(),
+        fork: None,
+    };
+    plain.create(create).await.unwrap();
+    let batch: Vec<Value> = (0..200).map(|i| upsert(i % 3, i)).collect();
+    plain.append(append_request("state/late", Value::Array(batch).to_string())).await.unwrap();
+    let views = StateViews::from_config(&ProcessorsConfig::from_toml(CONFIG).unwrap()).unwrap();
+    let report = views.compact("users", "state/late", &plain, true).await.unwrap();
+    assert!(report.earliest_offset > 0, "{report:?}");
+
+    let f = fixture(substrate).await;
+    let listed = f.app.settle(1).await;
+    let users = listed.iter().find(|p| p["processor"] == "users").unwrap();
+    assert_eq!(users["lag"], 0, "{users}");
+    assert!(users.get("lastError").is_none_or(Value::is_null), "{users}");
+}

@@ -28,6 +28,12 @@ pub enum JournalError {
     /// The stream does not exist.
     #[error("stream not found")]
     StreamNotFound,
+    /// Retention dropped the entries after the read's position up to
+    /// `earliest` (a trim, a State Protocol compaction): they cannot be read.
+    /// A processor that consumes no event type loses nothing by going on
+    /// from `earliest`; any other stops here (never skips events silently).
+    #[error("the entries before position {earliest} were dropped by retention before this processor read them")]
+    NotRetained { earliest: u64 },
     /// Transient or backend failure. May be retried; an append retried
     /// under the same key dedupes if the first attempt did land.
     #[error("journal unavailable: {0}")]

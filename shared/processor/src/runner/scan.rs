@@ -43,7 +43,16 @@ impl<E: DeserializeOwned> ScanBuffer<E> {
         incarnation: &StreamIncarnation,
         contract: &Contract,
     ) -> Result<usize, JournalError> {
-        let page = journal.read_after(incarnation, self.read_through, self.page_size).await?;
+        let page = match journal.read_after(incarnation, self.read_through, self.page_size).await {
+            // Nothing this processor would have handled is lost: go on from
+            // where the stream's history now starts (the `state` kind's
+            // runner on a stream its compaction trimmed).
+            Err(JournalError::NotRetained { earliest }) if contract.consumes.is_empty() => {
+                self.read_through = self.read_through.max(earliest);
+                journal.read_after(incarnation, self.read_through, self.page_size).await?
+            }
+            other => other?,
+        };
         let mut added = 0;
         for entry in page {
             // Defensive: a journal must page strictly after the cursor; an
