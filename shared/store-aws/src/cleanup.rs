@@ -147,14 +147,11 @@ pub struct SweepReport {
     pub objects_deleted: usize,
 }
 
-/// Sweep one stream path: remove items and objects of every incarnation
-/// other than the live one (all of them if the stream is gone), and objects
-/// of the live incarnation that no chunk item points at and that are older
-/// than `grace_ms` (younger ones may belong to a commit still in flight).
-#[tracing::instrument(level = "info", skip(b))]
-pub async fn sweep_path(b: &Backend, path: &str, grace_ms: i64, now_ms: i64) -> Result<SweepReport, AwsError> {
-    let items = list_keys(b, path, "").await?;
-    let meta_item = b
+/// The stored meta of `path`, read consistently and past the store's meta
+/// cache: what upkeep decides on must be the table's latest word, and
+/// nothing here is worth a cache refresh.
+pub(crate) async fn consistent_meta(b: &Backend, path: &str) -> Result<Option<ds_core::StreamMeta>, AwsError> {
+    let out = b
         .ddb
         .get_item()
         .table_name(&b.cfg.table)
@@ -163,10 +160,17 @@ pub async fn sweep_path(b: &Backend, path: &str, grace_ms: i64, now_ms: i64) -> 
         .send()
         .await
         .map_err(classify)?;
-    let live = match meta_item.item() {
-        Some(item) => Some(codec::meta_from_item(item)?.incarnation),
-        None => None,
-    };
+    Ok(out.item().map(codec::meta_from_item).transpose()?)
+}
+
+/// Sweep one stream path: remove items and objects of every incarnation
+/// other than the live one (all of them if the stream is gone), and objects
+/// of the live incarnation that no chunk item points at and that are older
+/// than `grace_ms` (younger ones may belong to a commit still in flight).
+#[tracing::instrument(level = "info", skip(b))]
+pub async fn sweep_path(b: &Backend, path: &str, grace_ms: i64, now_ms: i64) -> Result<SweepReport, AwsError> {
+    let items = list_keys(b, path, "").await?;
+    let live = consistent_meta(b, path).await?.map(|m| m.incarnation);
     let mut report = SweepReport::default();
 
     let mut referenced: HashSet<String> = HashSet::new();

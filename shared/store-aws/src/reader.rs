@@ -201,16 +201,7 @@ async fn without_reclaimed(
     let vanished = || StoreError::from(AwsError::Ambiguous(format!("chunk object vanished: {missing}")));
     // A plain read, not the store's cached one: nothing here is worth a
     // cache refresh, and the reader stays below the store in the layering.
-    let out = b
-        .ddb
-        .get_item()
-        .table_name(&b.cfg.table)
-        .consistent_read(true)
-        .set_key(Some(codec::key_of(&schema::ItemKey::Meta { path: path.to_owned() })))
-        .send()
-        .await
-        .map_err(classify)?;
-    let meta = out.item().map(codec::meta_from_item).transpose()?;
+    let meta = crate::cleanup::consistent_meta(b, path).await?;
     let Some(retained_from) = meta.filter(|m| *m.incarnation == *incarnation).map(|m| m.retained_from) else {
         return Err(vanished());
     };
