@@ -4,8 +4,9 @@
 //! shows up as a failure rather than a win.
 //!
 //! Layout: `client` speaks the protocol, `record` makes and checks the
-//! payloads, `workloads` holds P1–P4 and P7, `raw` is the lean HTTP/1.1
-//! driver of the throughput workloads and of P2's timed reads, `server` spawns servers and measures
+//! payloads (`state_record` P1's State Protocol upserts), `workloads` holds
+//! P1–P4 and P7, `raw` is the lean HTTP/1.1 driver of the throughput
+//! workloads and of P2's timed reads, `server` spawns servers and measures
 //! P6, `calibrate` measures the tool's ceiling against `sink`, `cpu` is the
 //! busy-machine guard, `processor` the processor effect latency, `webhook`
 //! the subscription webhook latency, `bench` runs the interleaved rounds and
@@ -29,6 +30,7 @@ pub mod report;
 pub mod server;
 pub mod sink;
 pub mod sse;
+pub mod state_record;
 pub mod stats;
 pub mod webhook;
 pub mod workloads;

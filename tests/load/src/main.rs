@@ -315,15 +315,19 @@ struct Knobs {
     #[arg(long, env = "DS_BENCH_P4_STREAMS", default_value_t = 10_000)]
     p4_streams: usize,
     /// P1: what each append carries: binary (100 B records), json-event (a
-    /// 100 B JSON event on a JSON stream) or json-invalid (the same event
+    /// 100 B JSON event on a JSON stream), json-invalid (the same event
     /// with qty 0, which bench/inline.sh's schema refuses: every append
-    /// must be answered 400).
+    /// must be answered 400) or state-upsert (one State Protocol upsert
+    /// with a 200 B value over --p1-state-keys keys; bench/compaction.py).
     #[arg(long, env = "DS_BENCH_P1_BODY", default_value = "binary", value_parser = P1Body::parse)]
     p1_body: P1Body,
     /// P1: put before every stream name, e.g. "orders/" for a processor
     /// bound to `orders/*`.
     #[arg(long, env = "DS_BENCH_P1_STREAM_PREFIX", default_value = "")]
     p1_stream_prefix: String,
+    /// P1: keys of the state-upsert body (append n upserts row k<n mod keys>).
+    #[arg(long, env = "DS_BENCH_P1_STATE_KEYS", default_value_t = ds_load::state_record::DEFAULT_KEYS)]
+    p1_state_keys: u64,
 }
 
 impl Knobs {
@@ -336,7 +340,7 @@ impl Knobs {
             p3_iterations: self.p3_iters,
             p3_settle: Duration::from_millis(self.p3_settle_ms),
             p4_streams: self.p4_streams,
-            p1_body: self.p1_body,
+            p1_body: self.p1_body.with_state_keys(self.p1_state_keys),
             p1_stream_prefix: self.p1_stream_prefix.clone(),
             tag: unique_tag(),
         }

@@ -23,11 +23,23 @@ pub const SEQ_DIGITS: usize = 12;
 
 /// One request, serialized once; `patches` are the offsets of the
 /// `SEQ_DIGITS`-wide decimal fields rewritten with the sequence number
-/// before each send.
+/// before each send, `fields` those that carry a function of it.
 #[derive(Clone, Debug)]
 pub struct Template {
     bytes: Vec<u8>,
     patches: Vec<usize>,
+    fields: Vec<Field>,
+}
+
+/// A field of the body rewritten before each send with `seq % modulus`,
+/// right-aligned in `width` bytes, padded with `fill` (see
+/// [`Template::with_field`]).
+#[derive(Clone, Copy, Debug)]
+struct Field {
+    at: usize,
+    width: usize,
+    modulus: u64,
+    fill: u8,
 }
 
 impl Template {
@@ -77,18 +89,47 @@ impl Template {
         bytes.extend_from_slice(body);
         let patches: Vec<usize> =
             bytes.windows(SEQ_DIGITS).enumerate().filter(|(_, w)| *w == marker).map(|(i, _)| i).collect();
-        Ok(Self { bytes, patches })
+        Ok(Self { bytes, patches, fields: Vec::new() })
     }
 
-    /// Writes `seq` (zero-padded) into every patch point.
-    pub fn set_seq(&mut self, mut seq: u64) {
+    /// Also rewrites every occurrence of `marker` in the body with
+    /// `seq % modulus`, right-aligned in the marker's width and padded with
+    /// `fill`: `b'0'`, or `b' '` where leading zeros are not allowed (a JSON
+    /// number).
+    pub fn with_field(mut self, marker: &[u8], modulus: u64, fill: u8) -> Result<Self> {
+        let width = marker.len();
+        if modulus == 0 || (modulus - 1).to_string().len() > width {
+            bail!("a field of {width} bytes cannot hold every value below {modulus}");
+        }
+        let body = self.bytes.windows(4).position(|w| w == b"\r\n\r\n").map_or(0, |at| at + 4);
+        let found: Vec<usize> = self.bytes[body..]
+            .windows(width)
+            .enumerate()
+            .filter(|(_, w)| *w == marker)
+            .map(|(i, _)| body + i)
+            .collect();
+        self.fields.extend(found.into_iter().map(|at| Field { at, width, modulus, fill }));
+        Ok(self)
+    }
+
+    /// Writes `seq` (zero-padded) into every patch point, and each field's
+    /// value of it into the field.
+    pub fn set_seq(&mut self, seq: u64) {
         let mut digits = [b'0'; SEQ_DIGITS];
+        let mut rest = seq;
         for d in digits.iter_mut().rev() {
-            *d = b'0' + (seq % 10) as u8;
-            seq /= 10;
+            *d = b'0' + (rest % 10) as u8;
+            rest /= 10;
         }
         for &at in &self.patches {
             self.bytes[at..at + SEQ_DIGITS].copy_from_slice(&digits);
+        }
+        for f in &self.fields {
+            let mut v = seq % f.modulus;
+            for (i, d) in self.bytes[f.at..f.at + f.width].iter_mut().rev().enumerate() {
+                *d = if i == 0 || v > 0 { b'0' + (v % 10) as u8 } else { f.fill };
+                v /= 10;
+            }
         }
     }
 
@@ -468,6 +509,23 @@ mod tests {
         assert!(text.starts_with("PUT /s/x-000000000042 HTTP/1.1\r\n"), "{text}");
         assert!(text.ends_with("\r\n\r\nbody 000000000042."), "{text}");
         assert!(text.contains("content-length: 18\r\n"), "{text}");
+    }
+
+    #[test]
+    fn patches_fields_modulo() {
+        let t = Template::new("POST", "h", "/s/KK", "text/plain", b"k=KK v=VVVV s=XXXXXXXXXXXX", b"XXXXXXXXXXXX");
+        let mut t =
+            t.and_then(|t| t.with_field(b"KK", 100, b'0')?.with_field(b"VVVV", 10_000, b' ')).expect("template");
+        t.set_seq(1207);
+        let text = String::from_utf8(t.bytes().to_vec()).expect("utf8");
+        assert!(text.starts_with("POST /s/KK HTTP/1.1\r\n"), "only the body is patched: {text}");
+        assert!(text.ends_with("\r\n\r\nk=07 v=1207 s=000000001207"), "{text}");
+        t.set_seq(5);
+        assert!(String::from_utf8_lossy(t.bytes()).ends_with("k=05 v=   5 s=000000000005"));
+        assert!(Template::new("POST", "h", "/", "t", b"KK", b"XXXXXXXXXXXX")
+            .expect("t")
+            .with_field(b"KK", 101, b'0')
+            .is_err());
     }
 
     #[test]

@@ -14,6 +14,7 @@ use crate::cpu::process_cpu_secs;
 use crate::metrics::Metric;
 use crate::raw::{self, Reply, Template};
 use crate::record::{json_event, record, verify, verify_json};
+use crate::state_record;
 use anyhow::{bail, Result};
 use std::time::Duration;
 
@@ -84,8 +85,13 @@ pub fn templates_of(
                 P1Body::Binary => (BINARY, record(writer, SEQ_MARKER)),
                 P1Body::JsonEvent => (JSON, json_event(writer, SEQ_MARKER, true)),
                 P1Body::JsonInvalid => (JSON, json_event(writer, SEQ_MARKER, false)),
+                P1Body::StateUpsert { keys } => (JSON, state_record::upsert_body(writer, SEQ_MARKER, keys)),
             };
-            Template::new("POST", host, &path, content_type, &bytes, marker.as_bytes())
+            let t = Template::new("POST", host, &path, content_type, &bytes, marker.as_bytes())?;
+            match body {
+                P1Body::StateUpsert { keys } => state_record::with_fields(t, keys),
+                _ => Ok(t),
+            }
         })
         .collect()
 }
@@ -155,17 +161,35 @@ pub async fn throughput_of(
     for (s, name) in names.iter().enumerate() {
         // Acknowledged counts of this stream's writers, by local index.
         let mine: Vec<u64> = run.acked.iter().skip(s).step_by(streams).copied().collect();
-        let read = client.read_all(name).await?;
+        let read = read_back(client, name, body).await?;
         let checked = match body {
             P1Body::Binary => verify(&read.body, &mine),
             P1Body::JsonEvent => verify_json(&read.body, &mine),
             // Refused appends leave nothing.
             P1Body::JsonInvalid => verify_json(&read.body, &vec![0; mine.len()]),
+            P1Body::StateUpsert { keys } => state_record::verify_state(&read.body, &mine, keys),
         };
         checked.map_err(|e| e.context(format!("stream {name}")))?;
     }
     let server_cpu_us = cpu_per_append_us(cpu_before, cpu_after, run.acked.iter().sum());
     Ok(Throughput { rate: run.rate(), server_cpu_us })
+}
+
+/// The stream `name` from its earliest retained offset. A `state`
+/// processor may compact a stream of upserts while it is read (its trim
+/// answers the read's next page 410): such a read starts over, at most 5
+/// times.
+async fn read_back(client: &Client, name: &str, body: P1Body) -> Result<crate::client::ReadAll> {
+    let tries = if matches!(body, P1Body::StateUpsert { .. }) { 5 } else { 1 };
+    let mut read = client.read_all(name).await;
+    for _ in 1..tries {
+        if read.is_ok() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        read = client.read_all(name).await;
+    }
+    read
 }
 
 /// OS threads of the raw driver (`DS_LOAD_THREADS`, default 2: on the

@@ -69,6 +69,11 @@ pub enum P1Body {
     /// for `qty >= 1` refuses. Every append must be answered 400 and the
     /// streams must stay empty.
     JsonInvalid,
+    /// One State Protocol upsert per append on a JSON stream, row
+    /// `k<seq mod keys>` with a 200 B value (`state_record`): what a `state`
+    /// processor materializes and compacts. The check allows a compacted
+    /// stream.
+    StateUpsert { keys: u64 },
 }
 
 impl P1Body {
@@ -77,7 +82,8 @@ impl P1Body {
             "binary" => Ok(Self::Binary),
             "json-event" => Ok(Self::JsonEvent),
             "json-invalid" => Ok(Self::JsonInvalid),
-            other => Err(format!("unknown P1 body {other:?} (binary, json-event, json-invalid)")),
+            "state-upsert" => Ok(Self::StateUpsert { keys: crate::state_record::DEFAULT_KEYS }),
+            other => Err(format!("unknown P1 body {other:?} (binary, json-event, json-invalid, state-upsert)")),
         }
     }
 
@@ -86,6 +92,15 @@ impl P1Body {
             Self::Binary => "binary",
             Self::JsonEvent => "json-event",
             Self::JsonInvalid => "json-invalid",
+            Self::StateUpsert { .. } => "state-upsert",
+        }
+    }
+
+    /// `self`, its upserts over `keys` keys if it is `state-upsert`.
+    pub fn with_state_keys(self, keys: u64) -> Self {
+        match self {
+            Self::StateUpsert { .. } => Self::StateUpsert { keys },
+            other => other,
         }
     }
 }
