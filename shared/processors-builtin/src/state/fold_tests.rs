@@ -232,9 +232,9 @@ proptest! {
             prop_assert!(fresh.apply(i as u64, bytes.as_bytes()).is_ok(), "{}", bytes);
             prop_assert!(live.apply(i as u64, bytes.as_bytes()).is_ok());
         }
-        prop_assert!(super::super::compact::is_own_snapshot(snapshot[0].to_string().as_bytes(), "users", 4096));
-        prop_assert!(!super::super::compact::is_own_snapshot(snapshot[0].to_string().as_bytes(), "users", 4095));
-        prop_assert!(!super::super::compact::is_own_snapshot(snapshot[0].to_string().as_bytes(), "other", 4096));
+        prop_assert!(super::super::snapshot::is_own_snapshot(snapshot[0].to_string().as_bytes(), "users", 4096));
+        prop_assert!(!super::super::snapshot::is_own_snapshot(snapshot[0].to_string().as_bytes(), "users", 4095));
+        prop_assert!(!super::super::snapshot::is_own_snapshot(snapshot[0].to_string().as_bytes(), "other", 4096));
         fold(&mut fresh, tail);
         fold(&mut live, tail);
         prop_assert_eq!(fresh.to_json(), whole.to_json());

@@ -36,6 +36,7 @@
 mod compact;
 pub mod fold;
 mod operator;
+mod snapshot;
 mod view;
 
 use std::sync::Arc;
@@ -45,9 +46,10 @@ use ds_processor_host::{ProcessorSpec, Spec};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-pub use compact::{is_compaction_event, snapshot_messages, CompactionPass, CompactionSettings, MAX_SNAPSHOT_BYTES};
+pub use compact::{is_compaction_event, CompactionPass, CompactionSettings, MAX_SNAPSHOT_BYTES};
 pub use fold::{Malformed, MalformedReport, Materialized};
 pub use operator::StateOperator;
+pub use snapshot::snapshot_messages;
 pub use view::StateViews;
 
 use crate::config::{ConfigError, ProcessorDef};

@@ -10,8 +10,8 @@ use ds_processor_host::{processed_stream, MalformedAt, MaterializedStatus, Opera
 use ds_protocol::glob::Glob;
 use futures::lock::Mutex as AsyncMutex;
 
-use super::compact;
 use super::fold::Materialized;
+use super::snapshot;
 use super::{settings, StateSettings, KIND};
 use crate::config::{ConfigError, ProcessorsConfig};
 
@@ -118,7 +118,7 @@ impl View {
             }
             for (position, data) in page.entries {
                 let start = position - data.len() as u64 - 1;
-                if compact::is_own_snapshot(&data, slug, start) {
+                if snapshot::is_own_snapshot(&data, slug, start) {
                     self.last_snapshot = Some(start);
                 }
                 // A malformed message is reported by the fold itself.
