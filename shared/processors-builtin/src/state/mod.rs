@@ -97,18 +97,12 @@ impl Processor for StateRunnerProcessor {
 /// Builds the hosted part of a `state` processor.
 pub fn build(def: ProcessorDef) -> Result<Arc<dyn ProcessorSpec>, ConfigError> {
     let slug = def.slug.clone();
-    let cadence_set = def.checkpoint.is_some();
     settings(def)?;
     // Consumes nothing: State Protocol messages are not domain events
     // (control messages have no `type`), and the view reads them itself.
-    let spec: Arc<dyn ProcessorSpec> = Arc::new(Spec::new(move || StateRunnerProcessor {
+    Ok(Arc::new(Spec::new(move || StateRunnerProcessor {
         contract: Contract::new(slug.clone(), "state-1", Vec::<String>::new()),
-    }));
-    // Nothing to replay after a crash, so progress is persisted when a scan
-    // reaches the head rather than per message (the host's default): a
-    // progress write per message of a busy stream cost its writer about a
-    // third of its appends per second (bench/results/2026-12-06-state-compaction.md).
-    Ok(if cadence_set { spec } else { crate::checkpoint::with_cadence(spec, ds_processor::CheckpointCadence::Idle) })
+    })))
 }
 
 /// The settings of a `state` processor's configuration.
