@@ -260,18 +260,11 @@ async fn the_background_pass_compacts_what_is_due() {
     assert_eq!(pass.compacted, 0, "a compacted stream is not due again: {pass:?}");
 }
 
+/// A JSON append of `body` (the contract fixtures' request, JSON typed).
 fn append_request(path: &str, body: String) -> AppendRequest<'static> {
     AppendRequest {
-        path: path.to_owned().into(),
         content_type: Some("application/json".into()),
-        body: body.into(),
-        close: false,
-        seq: None,
-        producer: None,
-        dedupe_key: None,
-        incarnation: None,
-        expect_tail: None,
-        trace_context: None,
+        ..ds_core::contract::fixtures::append_request(path, body.into())
     }
 }
 
@@ -313,14 +306,8 @@ async fn the_kinds_own_runner_goes_on_past_a_trim_it_had_not_read() {
     let substrate = ds_store_memory::memory_substrate().0;
     // Written and compacted before any host runs: the runner starts at 0.
     let plain = StreamService::new(substrate.clone(), ServiceConfig::default());
-    let create = ds_core::CreateRequest {
-        path: "state/late".into(),
-        content_type: Some("application/json".into()),
-        lifetime: Default::default(),
-        closed: false,
-        body: Default::default(),
-        fork: None,
-    };
+    let mut create = ds_core::contract::fixtures::create_request("state/late");
+    create.content_type = Some("application/json".into());
     plain.create(create).await.unwrap();
     let batch: Vec<Value> = (0..200).map(|i| upsert(i % 3, i)).collect();
     plain.append(append_request("state/late", Value::Array(batch).to_string())).await.unwrap();
