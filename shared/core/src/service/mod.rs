@@ -274,6 +274,9 @@ impl StreamService {
                 Some(guard) => guard,
                 None => self.sub.mutex.lock(stream).await,
             };
+            // The prediction this plan may build on, before it can drain
+            // under the plan's reads (see `Speculation::chain`).
+            let seen = if self.sub.store.chains_submissions() { self.speculation.seen(path) } else { None };
             let first = plan(Reads::MayCache).await;
             let planned = if matches!(first, Ok(Plan::Commit { .. })) { first } else { plan(Reads::Consistent).await };
             let planned = match planned {
@@ -302,7 +305,7 @@ impl StreamService {
             // another writer left a state of the same version and tail.
             let chain = match (&predicted, planned_on(&commit)) {
                 (Some(_), Some(base)) if self.sub.store.chains_submissions() => {
-                    Some(self.speculation.chain(path, base))
+                    Some(speculation::Speculation::chain(seen, base))
                 }
                 _ => None,
             };

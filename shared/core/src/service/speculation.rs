@@ -44,6 +44,15 @@ struct Prediction {
     chain: Option<Chain>,
 }
 
+/// The prediction a plan started on ([`Speculation::seen`]): the state it
+/// names and the chain of the commits it counts.
+pub(crate) struct Seen {
+    incarnation: Arc<str>,
+    version: u64,
+    tail: u64,
+    chain: Chain,
+}
+
 /// Predictions per stream path; an entry lives while commits are in flight.
 #[derive(Default)]
 pub(crate) struct Speculation {
@@ -74,26 +83,45 @@ impl Speculation {
         }
     }
 
-    /// The chain for a commit of `path` about to be submitted, planned on
-    /// `base` (the `(incarnation, version, tail)` its precondition names):
-    /// the prediction's if the
-    /// prediction is that state — planned on it, even if it was poisoned
-    /// since — else a new one, which the commit's [`Self::submitted`] makes
-    /// the prediction's if there is none. A commit planned on the store
-    /// beside a poisoned prediction is not refused for the prediction's
-    /// failures.
-    pub fn chain(&self, path: &str, base: (&str, u64, u64)) -> Chain {
-        let existing = if self.entries.load(Ordering::Acquire) == 0 {
-            None
-        } else {
-            self.streams.lock().ok().and_then(|map| {
-                let p = map.get(path)?;
-                let (incarnation, version, tail) = base;
-                let on = p.meta.version == version && p.meta.tail == tail && *p.meta.incarnation == *incarnation;
-                on.then(|| p.chain.clone()).flatten()
-            })
-        };
-        existing.unwrap_or_default()
+    /// The prediction of `path` a plan starting now may build on, taken
+    /// under the stream's lock before planning: [`Self::chain`] needs it,
+    /// because the prediction can drain (its last commit refused) while the
+    /// plan awaits a store read, and a plan built on that prediction's meta
+    /// must still join its (now broken) chain.
+    pub fn seen(&self, path: &str) -> Option<Seen> {
+        if self.entries.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        let map = self.streams.lock().ok()?;
+        let p = map.get(path)?;
+        Some(Seen {
+            incarnation: p.meta.incarnation.clone(),
+            version: p.meta.version,
+            tail: p.meta.tail,
+            chain: p.chain.clone()?,
+        })
+    }
+
+    /// The chain for a commit about to be submitted, planned on `base` (the
+    /// `(incarnation, version, tail)` its precondition names), given the
+    /// prediction `seen` when its plan started ([`Self::seen`]): that
+    /// prediction's chain if the plan was built on it (even if it was
+    /// poisoned or drained since), else a new one, which the commit's
+    /// [`Self::submitted`] makes the prediction's if there is none. A commit
+    /// planned on the store beside a poisoned prediction is not refused for
+    /// the prediction's failures.
+    ///
+    /// Taken from the entry at submission instead, a plan built on a
+    /// prediction that drained meanwhile (its last commit refused) got a new
+    /// chain, and its precondition passed against another writer's state of
+    /// the same version and tail: a producer's append applied twice (found
+    /// by `pipeline_chains::a_producer_append_through_two_services_is_applied_once`,
+    /// about one run in sixty).
+    pub fn chain(seen: Option<Seen>, base: (&str, u64, u64)) -> Chain {
+        let (incarnation, version, tail) = base;
+        seen.filter(|s| s.version == version && s.tail == tail && *s.incarnation == *incarnation)
+            .map(|s| s.chain)
+            .unwrap_or_default()
     }
 
     /// The predicted meta of `path`, if a healthy prediction exists.
@@ -308,19 +336,27 @@ mod tests {
     }
 
     /// Every commit planned on one prediction is submitted in its chain,
-    /// also one planned on it just before it was poisoned; one planned on
-    /// another state, or after the pipeline drained, gets a new chain.
+    /// also one planned on it just before it was poisoned or drained; one
+    /// planned on another state, or after the pipeline drained, gets a new
+    /// chain.
     #[test]
     fn the_commits_planned_on_one_prediction_share_its_chain() {
         let spec = Speculation::default();
-        let first = spec.chain("s", ("i", 123, 0));
+        let first = Speculation::chain(spec.seen("s"), ("i", 123, 0));
         spec.submitted(meta(124, 100), None, Vec::new(), Some(first.clone()));
-        assert!(spec.chain("s", ("i", 124, 100)).same(&first));
-        assert!(!spec.chain("s", ("i", 124, 90)).same(&first), "planned on the store's state, not this one");
+        assert!(Speculation::chain(spec.seen("s"), ("i", 124, 100)).same(&first));
+        assert!(!Speculation::chain(spec.seen("s"), ("i", 124, 90)).same(&first), "planned on the store's state");
+        let seen = spec.seen("s");
         spec.poison("s");
-        assert!(spec.chain("s", ("i", 124, 100)).same(&first), "planned on the prediction before the poison");
-        spec.finished("s", true);
-        assert!(!spec.chain("s", ("i", 124, 100)).same(&first), "a new pipeline, a new chain");
+        assert!(Speculation::chain(seen, ("i", 124, 100)).same(&first), "planned on the prediction before the poison");
+        let seen = spec.seen("s");
+        spec.finished("s", false);
+        assert!(spec.seen("s").is_none(), "drained");
+        assert!(
+            Speculation::chain(seen, ("i", 124, 100)).same(&first),
+            "planned on the prediction before it drained: stacked on its refused commit"
+        );
+        assert!(!Speculation::chain(spec.seen("s"), ("i", 124, 100)).same(&first), "a new pipeline, a new chain");
     }
 
     /// The interleaving the kill -9 campaign found: X (v123 -> v124, tail
