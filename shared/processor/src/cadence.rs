@@ -11,6 +11,15 @@
 //! settled: an idle runner never sits on unacknowledged settled work, which
 //! `wait_until_event` callers, lag metrics and the next host would all
 //! otherwise wait on until more events arrive.
+//!
+//! An entry whose type the processor does not consume is not an event for
+//! it: no call is made, and replaying it after a crash costs one decode, so
+//! it checkpoints nothing by itself (`every event` once checkpointed after
+//! each: a `state` processor, which consumes nothing, wrote one progress
+//! record per message it passed). A run of them is checkpointed when the
+//! scan reaches the head, by the next event's checkpoint, or every
+//! [`SKIPPED_CHECKPOINT_ENTRIES`] entries / [`SKIPPED_CHECKPOINT_BYTES`]
+//! of journal, which bounds what a restart reads again.
 
 /// Policy for persisting progress.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,10 +42,19 @@ pub enum CheckpointCadence {
     BatchEnd,
 }
 
+/// Entries not consumed in a row (since the last checkpoint) after which
+/// the runner checkpoints whatever the policy (see the module docs).
+pub const SKIPPED_CHECKPOINT_ENTRIES: u64 = 4096;
+/// Journal bytes of entries not consumed after which the runner
+/// checkpoints whatever the policy.
+pub const SKIPPED_CHECKPOINT_BYTES: u64 = 1024 * 1024;
+
 /// A point at which the runner asks the policy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Moment {
     EventCompleted,
+    /// An entry the processor does not consume completed.
+    EntrySkipped,
     ScanIdle,
     BatchEnd,
     /// A clean stop flushes settled work whatever the policy.
@@ -50,16 +68,32 @@ pub(crate) struct CadenceTracker {
     /// Journal bytes (position advance) completed since the checkpoint.
     pub bytes_since_commit: u64,
     pub last_commit_ms: u64,
+    /// Entries not consumed, and their journal bytes, since the checkpoint.
+    pub skipped_since_commit: u64,
+    pub skipped_bytes_since_commit: u64,
 }
 
 impl CadenceTracker {
     pub(crate) fn new(now_ms: u64) -> Self {
-        Self { events_since_commit: 0, bytes_since_commit: 0, last_commit_ms: now_ms }
+        Self {
+            events_since_commit: 0,
+            bytes_since_commit: 0,
+            last_commit_ms: now_ms,
+            skipped_since_commit: 0,
+            skipped_bytes_since_commit: 0,
+        }
     }
 
     /// One more event completed, `bytes` of journal past the previous one.
     pub(crate) fn completed_one(&mut self, bytes: u64) {
         self.events_since_commit += 1;
+        self.bytes_since_commit = self.bytes_since_commit.saturating_add(bytes);
+    }
+
+    /// One more entry not consumed completed, `bytes` past the previous one.
+    pub(crate) fn skipped_one(&mut self, bytes: u64) {
+        self.skipped_since_commit += 1;
+        self.skipped_bytes_since_commit = self.skipped_bytes_since_commit.saturating_add(bytes);
         self.bytes_since_commit = self.bytes_since_commit.saturating_add(bytes);
     }
 
@@ -74,6 +108,12 @@ impl CheckpointCadence {
     pub(crate) fn is_due(self, moment: Moment, tracker: &CadenceTracker, now_ms: u64) -> bool {
         match (self, moment) {
             (_, Moment::Drain) => true,
+            // Only a run long enough to be worth not reading again.
+            (Self::BatchEnd, Moment::EntrySkipped) => false,
+            (_, Moment::EntrySkipped) => {
+                tracker.skipped_since_commit >= SKIPPED_CHECKPOINT_ENTRIES
+                    || tracker.skipped_bytes_since_commit >= SKIPPED_CHECKPOINT_BYTES
+            }
             (Self::EveryEvent, Moment::EventCompleted) => true,
             (Self::EveryN(n), Moment::EventCompleted) => tracker.events_since_commit >= u64::from(n.max(1)),
             (Self::Interval { millis }, Moment::EventCompleted) => {
@@ -97,7 +137,7 @@ mod tests {
     use super::*;
 
     fn tracker(events: u64, last: u64) -> CadenceTracker {
-        CadenceTracker { events_since_commit: events, bytes_since_commit: 0, last_commit_ms: last }
+        CadenceTracker { events_since_commit: events, ..CadenceTracker::new(last) }
     }
 
     #[test]
@@ -149,5 +189,36 @@ mod tests {
         assert!(CheckpointCadence::BatchEnd.is_due(Moment::BatchEnd, &tracker(1, 0), 0));
         assert!(!CheckpointCadence::BatchEnd.is_due(Moment::ScanIdle, &tracker(1, 0), 0));
         assert!(CheckpointCadence::EveryN(100).is_due(Moment::Drain, &tracker(1, 0), 0));
+    }
+
+    /// An entry not consumed is not an event: no policy checkpoints it by
+    /// itself, until a run is long enough (entries or bytes), and never
+    /// under `batch end`.
+    #[test]
+    fn skipped_entries_checkpoint_only_in_long_runs() {
+        let policies = [
+            CheckpointCadence::EveryEvent,
+            CheckpointCadence::EveryN(1),
+            CheckpointCadence::Interval { millis: 0 },
+            CheckpointCadence::EveryBytes(1),
+            CheckpointCadence::Idle,
+        ];
+        for c in policies {
+            let mut t = CadenceTracker::new(0);
+            t.skipped_one(100);
+            assert!(!c.is_due(Moment::EntrySkipped, &t, 1_000_000), "{c:?}");
+            assert!(c.is_due(Moment::ScanIdle, &t, 0), "{c:?}: the head still checkpoints it");
+            let mut many = CadenceTracker::new(0);
+            (0..SKIPPED_CHECKPOINT_ENTRIES).for_each(|_| many.skipped_one(1));
+            assert!(c.is_due(Moment::EntrySkipped, &many, 0), "{c:?}: a long run");
+            let mut big = CadenceTracker::new(0);
+            big.skipped_one(SKIPPED_CHECKPOINT_BYTES);
+            assert!(c.is_due(Moment::EntrySkipped, &big, 0), "{c:?}: a large run");
+            // The bytes count toward `every N bytes` at the next event.
+            assert_eq!(big.bytes_since_commit, SKIPPED_CHECKPOINT_BYTES);
+        }
+        let mut many = CadenceTracker::new(0);
+        (0..2 * SKIPPED_CHECKPOINT_ENTRIES).for_each(|_| many.skipped_one(1024));
+        assert!(!CheckpointCadence::BatchEnd.is_due(Moment::EntrySkipped, &many, 0));
     }
 }

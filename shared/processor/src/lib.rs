@@ -306,7 +306,7 @@ mod sync_util;
 mod time;
 
 pub use backoff::Backoff;
-pub use cadence::CheckpointCadence;
+pub use cadence::{CheckpointCadence, SKIPPED_CHECKPOINT_BYTES, SKIPPED_CHECKPOINT_ENTRIES};
 pub use contract::{Contract, ContractError, ANY_EVENT, CORE_EVENT_PREFIX};
 pub use delivery::{Delivery, Phase};
 pub use ds_clock::Clock;

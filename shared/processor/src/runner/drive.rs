@@ -80,18 +80,18 @@ impl<P: Processor> Inner<P> {
             scanned_any = true;
             let position = entry.position;
             self.view.note_in_flight(Some(position));
-            let eventless_due = match entry.decoded {
+            let (eventless_due, mut moment) = match entry.decoded {
                 Decoded::Deliverable(envelope) => {
                     let caught_up = self.no_later_deliverable(&mut buffer).await? && self.head_verified(&buffer);
                     delivered = true;
                     self.step(w, Some(&envelope), position, caught_up, preempt).await?;
-                    false
+                    (false, Moment::EventCompleted)
                 }
                 Decoded::Malformed { event_type, reason } => {
                     self.diagnose(w, position, event_type.as_deref(), &reason, preempt).await?;
-                    !delivered && !eventless_done
+                    (!delivered && !eventless_done, Moment::EventCompleted)
                 }
-                Decoded::Unconsumed => !delivered && !eventless_done,
+                Decoded::Unconsumed => (!delivered && !eventless_done, Moment::EntrySkipped),
             };
             // The eventless call rides the last entry of a scan without a
             // consumed event, before that entry completes: the ack never
@@ -99,8 +99,9 @@ impl<P: Processor> Inner<P> {
             if eventless_due && self.at_head(&mut buffer).await? {
                 eventless_done = true;
                 self.step(w, None, position, true, preempt).await?;
+                moment = Moment::EventCompleted;
             }
-            self.complete(w, position).await?;
+            self.complete(w, position, moment).await?;
         }
         self.view.note_in_flight(None);
         if scanned_any && self.head_verified(&buffer) && !w.live {
@@ -161,12 +162,18 @@ impl<P: Processor> Inner<P> {
         buffer.head_reached() && buffer.read_through() >= self.view.highest_observed()
     }
 
-    async fn complete(&self, w: &mut Working<P::State>, position: u64) -> Result<(), Halt> {
-        w.cadence.completed_one(position.saturating_sub(w.completed));
+    /// `moment`: [`Moment::EntrySkipped`] for an entry no call was made
+    /// for (its type is not consumed), else [`Moment::EventCompleted`].
+    async fn complete(&self, w: &mut Working<P::State>, position: u64, moment: Moment) -> Result<(), Halt> {
+        let bytes = position.saturating_sub(w.completed);
+        match moment {
+            Moment::EntrySkipped => w.cadence.skipped_one(bytes),
+            _ => w.cadence.completed_one(bytes),
+        }
         w.completed = position;
         w.reduced = position;
         self.view.note_progress(w);
-        self.checkpoint_if_due(w, Moment::EventCompleted).await
+        self.checkpoint_if_due(w, moment).await
     }
 
     /// Reduce, call `process_event`, start background work, settle blocking

@@ -116,3 +116,42 @@ async fn redelivery_at_or_below_the_ack_makes_zero_calls() {
     assert!(calls(&log).is_empty());
     assert_eq!(world.sink.total_attempts(), attempts);
 }
+
+/// The `acknowledged_through` of every progress commit so far.
+fn acks(world: &World) -> Vec<u64> {
+    world
+        .timeline
+        .marks()
+        .iter()
+        .filter_map(|m| match m {
+            Mark::Committed { acknowledged_through, .. } => Some(*acknowledged_through),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Entries the processor does not consume are not events: `every event`
+/// checkpoints a run of them once, when the scan reaches the head, instead
+/// of one progress record each; a long run is checkpointed along the way,
+/// so a restart reads a bounded amount again.
+#[tokio::test(start_paused = true)]
+async fn entries_not_consumed_are_checkpointed_at_the_head_not_one_by_one() {
+    let world = World::new();
+    let mut specs = vec![tick(1, 0)];
+    specs.extend(std::iter::repeat_n(Spec::Unconsumed, 50));
+    let positions = write(&world.journal, &specs);
+    let (runner, _) = open(&world, ProbeOptions::default(), CheckpointCadence::EveryEvent).await;
+    let before = acks(&world).len();
+    runner.catch_up().await.unwrap();
+    let last = *positions.last().unwrap();
+    assert_eq!(acks(&world)[before..], [positions[0], last], "the event, then the run at the head");
+    assert_eq!(runner.runtime_state().acknowledged_through, last);
+
+    let run = usize::try_from(ds_processor::SKIPPED_CHECKPOINT_ENTRIES).unwrap();
+    let positions = write(&world.journal, &vec![Spec::Unconsumed; run + 10]);
+    let before = acks(&world).len();
+    runner.catch_up().await.unwrap();
+    let last = *positions.last().unwrap();
+    assert_eq!(acks(&world)[before..], [positions[run - 1], last], "a long run is checkpointed on the way");
+    assert_eq!(runner.runtime_state().acknowledged_through, last);
+}
