@@ -8,6 +8,7 @@
 //! paths to the specs registered for them.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use ds_processor::{Adapters, DrainReport, DriveReport, Processor, Runner, RunnerConfig, RunnerError, RuntimeState};
@@ -37,12 +38,21 @@ pub trait ProcessorSpec: Send + Sync {
         let _ = stream;
         self.open(adapters, config)
     }
+    /// How long a host that rings a runner on every commit waits after a
+    /// ring before driving it, so that a burst of appends costs one drive
+    /// and one checkpoint instead of one each. Zero (the default): at once,
+    /// as a processor with effects wants. A processor that consumes nothing
+    /// (the `state` kind) has no effect to make prompt, only its lag.
+    fn wake_delay(&self) -> Duration {
+        Duration::ZERO
+    }
 }
 
 /// A [`ProcessorSpec`] from a constructor of processors.
 pub struct Spec<F> {
     slug: String,
     make: F,
+    wake_delay: Duration,
 }
 
 impl<P, F> Spec<F>
@@ -53,7 +63,14 @@ where
     /// The spec of the processors `make` builds (its slug is theirs).
     pub fn new(make: F) -> Self {
         let slug = make().contract().slug.clone();
-        Self { slug, make }
+        Self { slug, make, wake_delay: Duration::ZERO }
+    }
+
+    /// See [`ProcessorSpec::wake_delay`].
+    #[must_use]
+    pub fn with_wake_delay(mut self, delay: Duration) -> Self {
+        self.wake_delay = delay;
+        self
     }
 }
 
@@ -64,6 +81,10 @@ where
 {
     fn slug(&self) -> &str {
         &self.slug
+    }
+
+    fn wake_delay(&self) -> Duration {
+        self.wake_delay
     }
 
     fn open(

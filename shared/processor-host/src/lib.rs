@@ -52,7 +52,7 @@ pub use operator::{
     inline_control_name, processed_stream, record_detail, resolve, runner_detail, stored_progress, Control,
     InlineStatus, OnDemandOperator, OperatorError, ProcessorDetail, ProcessorOperator, ProcessorPage, ProcessorStatus,
 };
-pub use progress::RecordProgressStore;
+pub use progress::{progress_key, RecordProgressStore};
 pub use recovery::StreamRecovery;
 pub use state_api::{
     CompactionOutcome, CompactionReport, MalformedAt, MaterializedStatus, StateAnswer, StateCursor, StateQuery,

@@ -276,5 +276,14 @@ pub(crate) async fn run_slot(inner: Arc<Inner>, slot: Arc<Slot>) {
             () = slot.bell.notified() => {}
             () = inner.shutdown.cancelled() => return,
         }
+        // Rings during the delay coalesce into the next turn (see
+        // `ProcessorSpec::wake_delay`).
+        let delay = slot.registration.spec.wake_delay();
+        if !delay.is_zero() {
+            tokio::select! {
+                () = tokio::time::sleep(delay) => {}
+                () = inner.shutdown.cancelled() => return,
+            }
+        }
     }
 }

@@ -171,3 +171,36 @@ async fn a_trimmed_stream_is_folded_from_its_earliest_retained_offset() {
     // The update of a row whose insert was trimmed stores it.
     assert_eq!(view["state"], json!({ "u": { "1": 10, "2": 2 } }));
 }
+
+/// The kind's runner follows a run of appends at most every
+/// `RUNNER_WAKE_DELAY`, not once per append: one request at a time, each
+/// append woke it and wrote its progress record (a third of the writer's
+/// appends/s). Its lag still reaches 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_kinds_runner_follows_a_run_of_appends_in_few_turns() {
+    const APPENDS: usize = 60;
+    let app = app().await;
+    app.create_json("state/a").await;
+    let started = std::time::Instant::now();
+    for i in 0..APPENDS {
+        app.append("state/a", &[change("upsert", "user", &format!("u{}", i % 7), json!({ "v": i }))]).await;
+    }
+    let took = started.elapsed();
+    app.settle(2).await;
+    let store = &app.service.substrate().store;
+    let stream = ds_core::StreamHandle::detached("state/a");
+    let meta = store.read_meta(&stream).await.unwrap().unwrap();
+    let revision = store
+        .read_record(&stream, &meta.incarnation, &ds_processor_host::progress_key("users"))
+        .await
+        .unwrap()
+        .expect("the runner checkpointed")
+        .revision;
+    // One progress record per turn: a turn at most every delay while the
+    // appends ran, plus the last one.
+    let turns = took.as_millis() / ds_processors_builtin::state::RUNNER_WAKE_DELAY.as_millis() + 2;
+    assert!(
+        revision <= u64::try_from(turns).unwrap() && (revision as usize) < APPENDS / 2,
+        "{revision} progress records for {APPENDS} appends in {took:?}"
+    );
+}

@@ -31,7 +31,8 @@
 //!
 //! The kind's runner consumes no events: it exists so the processor is
 //! listed, shown and controlled like any other, with its lag; its reduction
-//! is empty. [`StateOperator`] adds the views to a host's operator.
+//! is empty. It follows its streams at most every [`RUNNER_WAKE_DELAY`]
+//! on the local server, not after every append. [`StateOperator`] adds the views to a host's operator.
 
 mod compact;
 pub mod fold;
@@ -40,6 +41,7 @@ mod snapshot;
 mod view;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use ds_processor::{Contract, Envelope, Processor};
 use ds_processor_host::{ProcessorSpec, Spec};
@@ -67,6 +69,13 @@ pub struct StateSettings {
     pub max_bytes: usize,
     pub compaction: CompactionSettings,
 }
+
+/// How long the kind's runner lets appends gather before it follows them:
+/// it only reports the processor's lag, and woken per append it cost a
+/// writer at one request at a time a third of its appends/s (one drive and
+/// one progress record per append; bench/results/2026-12-06-state-compaction.md).
+/// The listed lag is at most this much behind.
+pub const RUNNER_WAKE_DELAY: Duration = Duration::from_millis(250);
 
 /// The runner's reduction: nothing (the view is in memory, see module docs).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -100,9 +109,12 @@ pub fn build(def: ProcessorDef) -> Result<Arc<dyn ProcessorSpec>, ConfigError> {
     settings(def)?;
     // Consumes nothing: State Protocol messages are not domain events
     // (control messages have no `type`), and the view reads them itself.
-    Ok(Arc::new(Spec::new(move || StateRunnerProcessor {
-        contract: Contract::new(slug.clone(), "state-1", Vec::<String>::new()),
-    })))
+    Ok(Arc::new(
+        Spec::new(move || StateRunnerProcessor {
+            contract: Contract::new(slug.clone(), "state-1", Vec::<String>::new()),
+        })
+        .with_wake_delay(RUNNER_WAKE_DELAY),
+    ))
 }
 
 /// The settings of a `state` processor's configuration.
