@@ -83,6 +83,12 @@ impl<E> Decoded<E> {
 }
 
 pub(crate) fn decode<E: DeserializeOwned>(contract: &Contract, entry: &JournalEntry) -> Decoded<E> {
+    // Nothing is consumed (the `state` kind's runner): whatever the entry
+    // holds, it is not this processor's, and parsing it would cost a JSON
+    // parse per message for nothing.
+    if contract.consumes.is_empty() {
+        return Decoded::Unconsumed;
+    }
     let value: Value = match serde_json::from_slice(&entry.data) {
         Ok(value) => value,
         Err(e) => return untyped(contract, format!("entry is not JSON: {e}")),
@@ -167,5 +173,13 @@ mod tests {
         assert!(matches!(decode::<Ev>(&c, &entry("not json")), Decoded::Unconsumed));
         let any = Contract::new("p", "1", ["*"]);
         assert!(matches!(decode::<Ev>(&any, &entry("not json")), Decoded::Malformed { event_type: None, .. }));
+    }
+
+    #[test]
+    fn a_processor_that_consumes_nothing_is_given_no_entry() {
+        let c = Contract::new("p", "1", Vec::<String>::new());
+        assert!(matches!(decode::<Ev>(&c, &entry(r#"{"type":"a/set","payload":{"v":3}}"#)), Decoded::Unconsumed));
+        assert!(matches!(decode::<Ev>(&c, &entry("{not json")), Decoded::Unconsumed));
+        assert!(matches!(decode::<Ev>(&c, &entry(r#"{"type":"stream/revived"}"#)), Decoded::Unconsumed));
     }
 }
