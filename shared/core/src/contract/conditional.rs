@@ -80,3 +80,69 @@ pub async fn append_at_expected_tail(f: &dyn SubstrateFactory) {
     let tail = svc.head(&path).await.expect("head").tail;
     assert_eq!(tail, now + (WRITERS * EACH) as u64 + landed, "the stream holds exactly what was acknowledged");
 }
+
+/// Builds an append at the tail it reads ([`StreamService::append_built`]).
+struct AtTheTail {
+    svc: StreamService,
+    path: String,
+    /// The tail each build read.
+    built_at: Vec<u64>,
+}
+
+#[async_trait::async_trait]
+impl crate::BuildAppend for AtTheTail {
+    async fn build(&mut self) -> Option<AppendRequest<'static>> {
+        let tail = self.svc.head(&self.path).await.expect("head").tail;
+        self.built_at.push(tail);
+        Some(AppendRequest { expect_tail: Some(tail), ..append_request(&self.path, Bytes::from_static(b"snapshot")) })
+    }
+}
+
+/// An append built under the stream's lock, behind the appends in flight,
+/// lands at the tail its build read at the first try, however busy the
+/// stream (one process: nothing else can move the tail in between), and
+/// the stream holds exactly what was acknowledged.
+pub async fn append_built_under_the_lock(f: &dyn SubstrateFactory) {
+    let svc = StreamService::new(f.instance().await, crate::ServiceConfig::default());
+    let path = unique_path("built");
+    svc.create(create_request(&path)).await.expect("create");
+    const WRITERS: usize = 4;
+    const EACH: usize = 40;
+    const BUILT: usize = 10;
+    let mut writers = Vec::new();
+    for _ in 0..WRITERS {
+        let (svc, path) = (svc.clone(), path.clone());
+        writers.push(tokio::spawn(async move {
+            for _ in 0..EACH {
+                svc.append(append_request(&path, Bytes::from_static(b"w"))).await.expect("plain append");
+            }
+        }));
+    }
+    let mut build = AtTheTail { svc: svc.clone(), path: path.clone(), built_at: Vec::new() };
+    for _ in 0..BUILT {
+        match svc.append_built(&path, &mut build).await.expect("built append") {
+            Some(AppendOutcome::Appended { start, .. }) => {
+                assert_eq!(Some(&start), build.built_at.last(), "it lands at the tail its build read");
+            }
+            other => panic!("expected an append, got {other:?}"),
+        }
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(build.built_at.len(), BUILT, "one build per append: no try was refused");
+    for w in writers {
+        w.await.expect("writer");
+    }
+    let tail = svc.head(&path).await.expect("head").tail;
+    assert_eq!(tail, (WRITERS * EACH + BUILT * 8) as u64, "the stream holds exactly what was acknowledged");
+
+    // A builder that makes nothing writes nothing.
+    struct Nothing;
+    #[async_trait::async_trait]
+    impl crate::BuildAppend for Nothing {
+        async fn build(&mut self) -> Option<AppendRequest<'static>> {
+            None
+        }
+    }
+    assert!(svc.append_built(&path, &mut Nothing).await.expect("declined").is_none());
+    assert_eq!(svc.head(&path).await.expect("head").tail, tail);
+}

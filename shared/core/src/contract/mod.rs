@@ -52,7 +52,7 @@ pub use batched::{
     batched_appends_ordered, batched_producer_retries, batched_refusals_alone, batched_wake_after_commit,
 };
 pub use concurrency::{concurrent_appends_one_stream, concurrent_commits_all_or_nothing};
-pub use conditional::append_at_expected_tail;
+pub use conditional::{append_at_expected_tail, append_built_under_the_lock};
 pub use contiguous::{read_contiguous_ranges, read_contiguous_repeated_and_deleted, read_contiguous_served};
 pub use forks::fork_peer_reads_named_incarnation;
 pub use inline::{
@@ -155,6 +155,7 @@ macro_rules! contract_suite {
             registry_lists_lifecycle,
             registry_concurrent_services,
             append_at_expected_tail,
+            append_built_under_the_lock,
             retention_trim_and_reads,
             retention_keeps_whole_appends,
             retention_live_readers_cross_trims,

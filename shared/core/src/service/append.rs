@@ -126,7 +126,7 @@ impl StreamService {
         outcome
     }
 
-    async fn plan_append(
+    pub(super) async fn plan_append(
         &self,
         stream: &StreamHandle,
         req: &AppendRequest<'_>,

@@ -5,6 +5,7 @@
 //! precondition fails, then publish. Reads never take the lock.
 
 mod append;
+mod built;
 mod create;
 mod delete;
 mod error;
@@ -22,6 +23,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 pub use append::{AppendOutcome, AppendRequest};
+pub use built::BuildAppend;
 pub use create::{CreateOutcome, CreateRequest, ForkRequest};
 pub use error::{ServiceError, ServiceResult};
 pub use inline::{InlineControl, InlineView};

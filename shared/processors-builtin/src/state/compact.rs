@@ -10,6 +10,10 @@
 //! anything else was appended meanwhile (a change between the fold and the
 //! append, one still in flight ahead of it), is refused whole with
 //! `TailMoved`, writes nothing, and is rebuilt from the caught-up view.
+//! The fold's last step and the append run under the stream's lock
+//! (`StreamService::append_built`), after the appends in flight are
+//! durable, so only another process's append can refuse it: a writer that
+//! keeps the stream busy no longer starves compaction.
 //! So the stream reads: history up to `T`, the snapshot (= the fold of that
 //! history), everything after. Trimming at `T` drops only history the
 //! snapshot restates, and for any reader starting at `T`
@@ -35,8 +39,9 @@
 
 use std::time::{Duration, Instant};
 
+use async_trait::async_trait;
 use bytes::Bytes;
-use ds_core::{AppendOutcome, AppendRequest, ServiceError, StreamService};
+use ds_core::{AppendOutcome, AppendRequest, BuildAppend, ServiceError, StreamService};
 use ds_processor_host::{processed_stream, CompactionOutcome, CompactionReport, OperatorError};
 use ds_protocol::headers::ProducerHeaders;
 use serde_json::{json, Value};
@@ -232,9 +237,11 @@ pub struct CompactionPass {
     pub complete: bool,
 }
 
-/// Appends the snapshot of `view` right after the state it holds; a moving
-/// tail refuses it and it is rebuilt from the caught-up view. Returns where
-/// it starts, its size, and the attempts it took.
+/// Appends the snapshot of `view` right after the state it holds, built
+/// under the stream's lock ([`StreamService::append_built`]), so no append
+/// of this process lands between the fold and the snapshot; another
+/// process's append refuses it (`TailMoved`) and it is built again. Returns
+/// where it starts, its size, and the attempts it took.
 async fn append_snapshot(
     view: &mut View,
     slug: &str,
@@ -242,50 +249,30 @@ async fn append_snapshot(
     service: &StreamService,
     settings: super::StateSettings,
 ) -> Result<(u64, u64, u32), OperatorError> {
-    let content_type = processed_stream(service, stream).await?.content_type;
+    let content_type = processed_stream(service, stream).await?.content_type.to_string();
+    let mut build = SnapshotBuild { view, slug, stream, service, settings, content_type, built: None, error: None };
     for attempt in 1..=ATTEMPTS {
-        let at = view.through();
-        let body = snapshot_messages(&view.fold, slug, at);
-        if body.len() > MAX_SNAPSHOT_BYTES {
-            return Err(OperatorError::StateLimit {
-                slug: slug.to_owned(),
-                stream: stream.to_owned(),
-                reason: format!(
-                    "the snapshot would be {} bytes, over the largest append a snapshot may be ({MAX_SNAPSHOT_BYTES})",
-                    body.len()
-                ),
-            });
+        let outcome = service.append_built(stream, &mut build).await;
+        if let Some(error) = build.error.take() {
+            return Err(error);
         }
-        let bytes = body.len() as u64;
-        let request = AppendRequest {
-            path: stream.into(),
-            content_type: Some(content_type.to_string().into()),
-            body: Bytes::from(body),
-            close: false,
-            seq: None,
-            producer: Some(ProducerHeaders { id: format!("state-compaction/{slug}"), epoch: at, seq: 0 }),
-            dedupe_key: None,
-            incarnation: Some(view.incarnation().to_owned()),
-            expect_tail: Some(at),
-            trace_context: None,
+        let Some((at, bytes)) = build.built else {
+            return Err(OperatorError::Unavailable(format!("compaction of {stream:?}: no snapshot was built")));
         };
-        match service.append(request).await {
-            Ok(AppendOutcome::Appended { start, .. }) => {
+        match outcome {
+            Ok(Some(AppendOutcome::Appended { start, .. })) => {
                 debug_assert_eq!(start, at, "a conditional append lands where it said");
                 return Ok((at, bytes, attempt));
             }
             // Appended before (an answer lost on the way, or another host's
             // compaction at the same state): epoch `at` is only ever used
             // by a snapshot conditional on the tail `at`, so it is at `at`.
-            Ok(AppendOutcome::Duplicate { .. }) => return Ok((at, bytes, attempt)),
+            Ok(Some(AppendOutcome::Duplicate { .. })) => return Ok((at, bytes, attempt)),
             Ok(other) => {
                 return Err(OperatorError::Unavailable(format!("compaction: unexpected append outcome {other:?}")))
             }
-            Err(ServiceError::TailMoved { .. }) => {
-                view.catch_up(service, slug, stream, settings).await?;
-                // A view dropped at its limits holds no state to snapshot.
-                view.usable(slug, stream)?;
-            }
+            // Another process appended between the fold and the snapshot.
+            Err(ServiceError::TailMoved { .. }) => {}
             Err(ServiceError::NotFound | ServiceError::Gone | ServiceError::Expired(_)) => {
                 return Err(OperatorError::StreamNotFound { stream: stream.to_owned() })
             }
@@ -302,6 +289,60 @@ async fn append_snapshot(
     Err(OperatorError::Unavailable(format!(
         "compaction of {stream:?}: the tail moved under {ATTEMPTS} snapshots in a row; the next pass tries again"
     )))
+}
+
+/// One snapshot, built under the stream's lock from the view caught up to
+/// the tail. What it built, or why it built nothing, is kept for the caller.
+struct SnapshotBuild<'a> {
+    view: &'a mut View,
+    slug: &'a str,
+    stream: &'a str,
+    service: &'a StreamService,
+    settings: super::StateSettings,
+    content_type: String,
+    /// `(at, bytes)` of the last snapshot built.
+    built: Option<(u64, u64)>,
+    error: Option<OperatorError>,
+}
+
+#[async_trait]
+impl BuildAppend for SnapshotBuild<'_> {
+    async fn build(&mut self) -> Option<AppendRequest<'static>> {
+        // Under the lock only the appends since the caller's catch-up are
+        // folded here.
+        let caught_up = self.view.catch_up(self.service, self.slug, self.stream, self.settings).await;
+        // A view dropped at its limits holds no state to snapshot.
+        if let Err(error) = caught_up.and_then(|()| self.view.usable(self.slug, self.stream)) {
+            self.error = Some(error);
+            return None;
+        }
+        let at = self.view.through();
+        let body = snapshot_messages(&self.view.fold, self.slug, at);
+        if body.len() > MAX_SNAPSHOT_BYTES {
+            self.error = Some(OperatorError::StateLimit {
+                slug: self.slug.to_owned(),
+                stream: self.stream.to_owned(),
+                reason: format!(
+                    "the snapshot would be {} bytes, over the largest append a snapshot may be ({MAX_SNAPSHOT_BYTES})",
+                    body.len()
+                ),
+            });
+            return None;
+        }
+        self.built = Some((at, body.len() as u64));
+        Some(AppendRequest {
+            path: self.stream.to_owned().into(),
+            content_type: Some(self.content_type.clone().into()),
+            body: Bytes::from(body),
+            close: false,
+            seq: None,
+            producer: Some(ProducerHeaders { id: format!("state-compaction/{}", self.slug), epoch: at, seq: 0 }),
+            dedupe_key: None,
+            incarnation: Some(self.view.incarnation().to_owned()),
+            expect_tail: Some(at),
+            trace_context: None,
+        })
+    }
 }
 
 /// Trims the stream's life `incarnation` at `at`; returns its earliest
