@@ -131,6 +131,16 @@ async fn a_compaction_replaces_the_history_with_a_snapshot_of_the_live_state() {
     assert_eq!((r.status.as_u16(), r.json()["error"]["code"].clone()), (409, json!("CONFLICT")));
 }
 
+/// Appends one State Protocol message; returns where it starts.
+async fn append_change(service: &StreamService, path: &str, message: &Value) -> u64 {
+    let req =
+        AppendRequest { content_type: Some("application/json".into()), ..append_request(path, message.to_string()) };
+    match service.append(req).await.unwrap() {
+        AppendOutcome::Appended { start, .. } => start,
+        other => panic!("{other:?}"),
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn changes_racing_compactions_are_never_lost() {
     const WRITERS: usize = 4;
@@ -168,14 +178,7 @@ async fn changes_racing_compactions_are_never_lost() {
                     6 => json!({ "type": "user", "key": format!("u{}", (w + i) % 12), "headers": { "operation": "delete" } }),
                     _ => upsert((w * 3 + i) % 12, w * 1000 + i),
                 };
-                let req = AppendRequest {
-                    content_type: Some("application/json".into()),
-                    ..append_request("state/race", message.to_string())
-                };
-                match service.append(req).await.unwrap() {
-                    AppendOutcome::Appended { start, .. } => acked.push((start, message)),
-                    other => panic!("{other:?}"),
-                }
+                acked.push((append_change(&service, "state/race", &message).await, message));
             }
             acked
         }));
@@ -215,14 +218,7 @@ async fn a_pipelined_writer_does_not_starve_compaction() {
             let mut i = 0;
             while !done.load(std::sync::atomic::Ordering::Relaxed) {
                 let message = upsert((w * 7 + i) % 40, w * 100_000 + i);
-                let req = AppendRequest {
-                    content_type: Some("application/json".into()),
-                    ..append_request("state/busy", message.to_string())
-                };
-                match service.append(req).await.unwrap() {
-                    AppendOutcome::Appended { start, .. } => acked.push((start, message)),
-                    other => panic!("{other:?}"),
-                }
+                acked.push((append_change(&service, "state/busy", &message).await, message));
                 i += 1;
             }
             acked

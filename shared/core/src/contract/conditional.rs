@@ -63,15 +63,7 @@ pub async fn append_at_expected_tail(f: &dyn SubstrateFactory) {
             (landed, refused)
         })
     };
-    let mut writers = Vec::new();
-    for _ in 0..WRITERS {
-        let (svc, path) = (svc.clone(), path.clone());
-        writers.push(tokio::spawn(async move {
-            for _ in 0..EACH {
-                svc.append(append_request(&path, Bytes::from_static(b"w"))).await.expect("plain append");
-            }
-        }));
-    }
+    let writers = plain_writers(&svc, &path, WRITERS, EACH);
     for w in writers {
         w.await.expect("writer");
     }
@@ -109,15 +101,7 @@ pub async fn append_built_under_the_lock(f: &dyn SubstrateFactory) {
     const WRITERS: usize = 4;
     const EACH: usize = 40;
     const BUILT: usize = 10;
-    let mut writers = Vec::new();
-    for _ in 0..WRITERS {
-        let (svc, path) = (svc.clone(), path.clone());
-        writers.push(tokio::spawn(async move {
-            for _ in 0..EACH {
-                svc.append(append_request(&path, Bytes::from_static(b"w"))).await.expect("plain append");
-            }
-        }));
-    }
+    let writers = plain_writers(&svc, &path, WRITERS, EACH);
     let mut build = AtTheTail { svc: svc.clone(), path: path.clone(), built_at: Vec::new() };
     for _ in 0..BUILT {
         match svc.append_built(&path, &mut build).await.expect("built append") {
@@ -145,4 +129,18 @@ pub async fn append_built_under_the_lock(f: &dyn SubstrateFactory) {
     }
     assert!(svc.append_built(&path, &mut Nothing).await.expect("declined").is_none());
     assert_eq!(svc.head(&path).await.expect("head").tail, tail);
+}
+
+/// `writers` tasks appending `each` one-byte appends to `path`.
+fn plain_writers(svc: &StreamService, path: &str, writers: usize, each: usize) -> Vec<tokio::task::JoinHandle<()>> {
+    (0..writers)
+        .map(|_| {
+            let (svc, path) = (svc.clone(), path.to_owned());
+            tokio::spawn(async move {
+                for _ in 0..each {
+                    svc.append(append_request(&path, Bytes::from_static(b"w"))).await.expect("plain append");
+                }
+            })
+        })
+        .collect()
 }
