@@ -248,6 +248,91 @@ async fn a_pipelined_writer_does_not_starve_compaction() {
     assert_eq!(fold(&read), fold(&history), "{appended} appends, {COMPACTIONS} compactions: a row lost or revived");
 }
 
+/// Writers in another process (a second service, with its own lock, over
+/// the same local store) race the compactions: the lock no longer keeps
+/// their appends out from between the fold and the snapshot, so
+/// `expect_tail` does, and no acknowledged change is lost or revived.
+/// Rounds go on until the other process's appends refused some snapshots
+/// (the race this is about happened), at most 20.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn changes_from_another_process_racing_compactions_are_never_lost() {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn ds_core::StreamStore> = Arc::new(ds_store_local::LocalStore::open(dir.path()).unwrap());
+    let f = fixture(ds_inproc::in_process_substrate(Arc::clone(&store)).0).await;
+    let other = StreamService::new(ds_inproc::in_process_substrate(store).0, ServiceConfig::default());
+    let (mut compacted, mut refused) = (0, 0);
+    for round in 0..20 {
+        let path = format!("state/other-{round}");
+        f.app.create_json(&path).await;
+        let (c, r) = race_other_process(&f, &other, &path).await;
+        (compacted, refused) = (compacted + c, refused + r);
+        if refused > 0 {
+            break;
+        }
+    }
+    assert!(refused > 0, "in 20 rounds no snapshot met an append of the other process ({compacted} compactions)");
+}
+
+/// 4 writers × 150 changes to `path` through `other`, compactions through
+/// the fixture's service meanwhile (and until one lands); the fold from -1
+/// equals the fold of the acknowledged changes. Returns the compactions
+/// that landed and the snapshots refused on the way.
+async fn race_other_process(f: &Fixture, other: &StreamService, path: &str) -> (u32, u32) {
+    const WRITERS: usize = 4;
+    const EACH: usize = 150;
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let compactor = {
+        let (views, service, done, path) =
+            (Arc::clone(&f.views), f.app.service.clone(), Arc::clone(&done), path.to_owned());
+        tokio::spawn(async move {
+            let (mut compacted, mut refused) = (0, 0);
+            while !done.load(std::sync::atomic::Ordering::Relaxed) || compacted == 0 {
+                match views.compact("users", &path, &service, true).await {
+                    Ok(report) => {
+                        compacted += 1;
+                        refused += report.attempts - 1;
+                    }
+                    // The tail moved under every attempt: fine, try again.
+                    Err(ds_processor_host::OperatorError::Unavailable(_)) => refused += 16,
+                    Err(e) => panic!("compaction failed: {e}"),
+                }
+                tokio::task::yield_now().await;
+            }
+            (compacted, refused)
+        })
+    };
+    let mut writers = Vec::new();
+    for w in 0..WRITERS {
+        let (service, path) = (other.clone(), path.to_owned());
+        writers.push(tokio::spawn(async move {
+            let mut acked = Vec::new();
+            for i in 0..EACH {
+                let message = match i % 7 {
+                    6 => json!({ "type": "user", "key": format!("u{}", (w + i) % 12), "headers": { "operation": "delete" } }),
+                    _ => upsert((w * 3 + i) % 12, w * 1000 + i),
+                };
+                acked.push((append_change(&service, &path, &message).await, message));
+            }
+            acked
+        }));
+    }
+    let mut acked = Vec::new();
+    for w in writers {
+        acked.extend(w.await.unwrap());
+    }
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (compacted, refused) = compactor.await.unwrap();
+    acked.sort_by_key(|(start, _)| *start);
+    let history: Vec<Value> = acked.into_iter().map(|(_, m)| m).collect();
+    let (read, _) = read_all(&f.app, path).await;
+    assert_eq!(
+        fold(&read),
+        fold(&history),
+        "{compacted} compactions ({refused} snapshots refused) lost or revived a row"
+    );
+    (compacted, refused)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crash_between_snapshot_and_trim_is_finished_by_the_next_compaction() {
     let substrate = ds_store_memory::memory_substrate().0;
